@@ -1,0 +1,1 @@
+"""Generated gRPC and protobuf code: never edit by hand (`make proto`)."""
