@@ -30,11 +30,16 @@ def generate(out: Path) -> None:
     bin_dir = Path(sys.executable).parent
     subprocess.run(
         [
-            sys.executable, "-m", "grpc_tools.protoc", f"-I{PROTO_DIR}",
-            f"--python_out={out}", f"--grpc_python_out={out}",
+            sys.executable,
+            "-m",
+            "grpc_tools.protoc",
+            f"-I{PROTO_DIR}",
+            f"--python_out={out}",
+            f"--grpc_python_out={out}",
             f"--plugin=protoc-gen-mypy={bin_dir / 'protoc-gen-mypy'}",
             f"--plugin=protoc-gen-mypy_grpc={bin_dir / 'protoc-gen-mypy_grpc'}",
-            f"--mypy_out={out}", f"--mypy_grpc_out={out}",
+            f"--mypy_out={out}",
+            f"--mypy_grpc_out={out}",
             *protos,
         ],
         check=True,
@@ -49,7 +54,9 @@ def generate(out: Path) -> None:
         path.write_text(text)
     for pkg in (out / "weft", out / "weft" / "v1"):
         (pkg / "__init__.py").write_text("")
-    (out / "__init__.py").write_text('"""Generated gRPC and protobuf code: never edit by hand (`make proto`)."""\n')
+    (out / "__init__.py").write_text(
+        '"""Generated gRPC and protobuf code: never edit by hand (`make proto`)."""\n'
+    )
 
 
 def main() -> int:

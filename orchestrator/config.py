@@ -1,0 +1,21 @@
+"""The server's configuration: built once by the CLI (flags, then WEFT_*
+environment, then defaults) and passed down by constructor."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from orchestrator.engine.limits import Defaults, Limits
+
+DEFAULT_DB = "sqlite:///weft.db"
+DEFAULT_LISTEN = "127.0.0.1:7400"
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    db_url: str = DEFAULT_DB
+    listen: str = DEFAULT_LISTEN
+    long_poll: float = 60.0
+    drain_grace: float = 10.0
+    limits: Limits = field(default_factory=Limits)
+    defaults: Defaults = field(default_factory=Defaults)

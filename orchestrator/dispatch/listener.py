@@ -1,0 +1,50 @@
+"""Cross-node wake-ups on PostgreSQL: LISTEN on the channel the store NOTIFYs
+when it commits a task. A notification is a hint and the rows are the truth:
+after every (re)connect all local waiters are woken to look again, because
+notifications sent while we were disconnected are gone."""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Callable
+
+import psycopg
+import structlog
+from sqlalchemy.engine import make_url
+
+from orchestrator.store.store import NOTIFY_CHANNEL, TaskListKey
+
+log = structlog.get_logger("weft.dispatch")
+
+
+def conninfo(url: str) -> str:
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+async def listen(
+    url: str,
+    on_task: Callable[[TaskListKey], None],
+    on_reconnect: Callable[[], None],
+    ready: asyncio.Event | None = None,
+) -> None:
+    delay = 0.1
+    while True:
+        try:
+            async with await psycopg.AsyncConnection.connect(
+                conninfo(url), autocommit=True
+            ) as conn:
+                await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                delay = 0.1
+                on_reconnect()
+                if ready is not None:
+                    ready.set()
+                while True:
+                    async for note in conn.notifies(timeout=5.0):
+                        on_task(TaskListKey.from_payload(note.payload))
+                    await conn.execute("SELECT 1")  # liveness: a dead link raises here
+        except asyncio.CancelledError:
+            raise
+        except Exception as exc:
+            log.warning("listener.reconnect", error=str(exc)[:200], in_seconds=delay)
+            await asyncio.sleep(delay)
+            delay = min(delay * 2, 5.0)

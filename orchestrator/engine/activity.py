@@ -1,0 +1,94 @@
+"""Activity tasks: handing one out, and a runner's answers."""
+
+from __future__ import annotations
+
+import base64
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import history_pb2 as h
+
+from .errors import NotFound
+from .state import ActivityState, RunState
+from .tokens import TaskToken, check_open
+from .transition import Transition
+
+
+def start_activity_task(t: Transition, scheduled_id: int, identity: str) -> ActivityState:
+    check_open(t.state)
+    act = t.state.activity_by_scheduled_id(scheduled_id)
+    if act is None or act.started_id or act.cancel_requested_id:
+        raise NotFound("activity task is no longer available")
+    t.emit(
+        h.ActivityStartedAttributes(scheduled_event_id=scheduled_id, identity=identity, attempt=1)
+    )
+    return act
+
+
+def _current(state: RunState, token: TaskToken) -> ActivityState:
+    check_open(state)
+    act = state.activity_by_scheduled_id(token.scheduled_id)
+    if act is None or act.started_id != token.started_id:
+        raise NotFound("activity task not found: it already finished, timed out or was canceled")
+    return act
+
+
+def complete(t: Transition, token: TaskToken, result: c.Payload | None, identity: str) -> None:
+    _current(t.state, token)
+    attrs = h.ActivitySuccessAttributes(
+        scheduled_event_id=token.scheduled_id,
+        started_event_id=token.started_id,
+        identity=identity,
+    )
+    if result is not None:
+        attrs.result.CopyFrom(result)
+    t.emit(attrs)
+
+
+def fail(
+    t: Transition,
+    token: TaskToken,
+    reason: str,
+    details: c.Payload | None,
+    non_retryable: bool,
+    identity: str,
+) -> None:
+    _current(t.state, token)
+    attrs = h.ActivityFailedAttributes(
+        scheduled_event_id=token.scheduled_id,
+        started_event_id=token.started_id,
+        reason=reason,
+        non_retryable=non_retryable,
+        identity=identity,
+    )
+    if details is not None:
+        attrs.details.CopyFrom(details)
+    t.emit(attrs)
+
+
+def canceled(t: Transition, token: TaskToken, details: c.Payload | None, identity: str) -> None:
+    act = _current(t.state, token)
+    attrs = h.ActivityCanceledAttributes(
+        scheduled_event_id=token.scheduled_id,
+        started_event_id=token.started_id,
+        latest_cancel_requested_event_id=act.cancel_requested_id,
+        identity=identity,
+    )
+    if details is not None:
+        attrs.details.CopyFrom(details)
+    t.emit(attrs)
+
+
+def heartbeat(t: Transition, token: TaskToken, details: c.Payload | None) -> bool:
+    """Record a heartbeat (state only: heartbeats are not events); True if cancel was requested."""
+    act = _current(t.state, token)
+    act.last_heartbeat_at = t.now.timestamp()
+    if details is not None:
+        act.heartbeat_details = base64.b64encode(details.SerializeToString()).decode()
+    t.state_changed = True
+    return bool(act.cancel_requested_id)
+
+
+def last_heartbeat(act: ActivityState) -> c.Payload | None:
+    if not act.heartbeat_details:
+        return None
+    return c.Payload.FromString(base64.b64decode(act.heartbeat_details))

@@ -1,0 +1,362 @@
+"""Decision tasks: handing one out, and applying a decider's answer (SWF rules)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from google.protobuf.message import Message
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import decisions_pb2 as d
+from sdk.api.weft.v1 import history_pb2 as h
+
+from .errors import InvalidArgument, NotFound, ResourceExhausted
+from .limits import Defaults, Limits
+from .start import StartCommand, start_workflow
+from .state import RunKey, RunState
+from .tokens import TaskToken, check_open
+from .transition import Transition, duration
+
+CLOSE_DECISIONS: Mapping[str, str] = {
+    "complete_workflow": "CompleteWorkflow",
+    "fail_workflow": "FailWorkflow",
+    "cancel_workflow": "CancelWorkflow",
+    "continue_as_new": "ContinueAsNew",
+}
+_TIMEOUT_FIELDS = ("schedule_to_start", "start_to_close", "schedule_to_close", "heartbeat")
+
+
+@dataclass(frozen=True)
+class ActivityDefaults:
+    """Defaults of a registered activity type (seconds; None: not set)."""
+
+    task_list: str = ""
+    schedule_to_start: float | None = None
+    start_to_close: float | None = None
+    schedule_to_close: float | None = None
+    heartbeat: float | None = None
+
+
+@dataclass(frozen=True)
+class DecisionContext:
+    limits: Limits = field(default_factory=Limits)
+    defaults: Defaults = field(default_factory=Defaults)
+    activity_defaults: Mapping[tuple[str, str], ActivityDefaults] = field(default_factory=dict)
+    new_run_id: str = ""
+    """The run id a ContinueAsNew decision opens (chosen by the caller: the engine has no I/O)."""
+
+
+def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> h.HistoryEvent:
+    check_open(t.state)
+    dec = t.state.decider
+    if dec.started_id or dec.scheduled_id != scheduled_id:
+        raise NotFound("decision task is no longer available")
+    return t.emit(h.DeciderStartedAttributes(scheduled_event_id=scheduled_id, identity=identity))
+
+
+def _check_token(state: RunState, token: TaskToken) -> None:
+    check_open(state)
+    dec = state.decider
+    if not (
+        dec.started_id
+        and dec.started_id == token.started_id
+        and dec.started_scheduled_id == token.scheduled_id
+    ):
+        raise NotFound("decision task not found: it was already answered or has timed out")
+
+
+def fail_decision_task(
+    t: Transition, token: TaskToken, cause: str, details: c.Payload | None, identity: str
+) -> None:
+    _check_token(t.state, token)
+    attrs = h.DeciderFailedAttributes(
+        scheduled_event_id=token.scheduled_id,
+        started_event_id=token.started_id,
+        cause=cause or "UNHANDLED_FAILURE",
+        identity=identity,
+    )
+    if details is not None:
+        attrs.details.CopyFrom(details)
+    t.emit(attrs)
+
+
+def validate_decisions(decisions: Sequence[d.Decision], limits: Limits) -> None:
+    """Structural checks, before anything is appended: a bad answer changes nothing."""
+    for i, dec in enumerate(decisions):
+        kind = dec.WhichOneof("attributes")
+        where = f"decision {i}"
+        if kind is None:
+            raise InvalidArgument(f"{where}: no decision attributes set")
+        where = f"decision {i} ({kind})"
+        if kind in CLOSE_DECISIONS and i != len(decisions) - 1:
+            raise InvalidArgument(f"{where}: a close decision must be the last one")
+        attrs: Message = getattr(dec, kind)
+        for id_field in ("activity_id", "timer_id", "marker_name"):
+            if id_field in attrs.DESCRIPTOR.fields_by_name:
+                value = getattr(attrs, id_field)
+                if not value:
+                    raise InvalidArgument(f"{where}: {id_field} is required")
+                if len(value) > limits.id_length:
+                    raise InvalidArgument(
+                        f"{where}: {id_field} is longer than {limits.id_length} characters"
+                    )
+        for fd, value in attrs.ListFields():
+            if (
+                fd.message_type is not None
+                and fd.message_type.full_name == "google.protobuf.Duration"
+            ) and value.ToNanoseconds() < 0:
+                raise InvalidArgument(f"{where}: {fd.name} must not be negative")
+        if kind == "schedule_activity" and not dec.schedule_activity.activity_type.name:
+            raise InvalidArgument(f"{where}: activity_type.name is required")
+        if kind == "start_timer" and not dec.start_timer.HasField("start_to_fire_timeout"):
+            raise InvalidArgument(f"{where}: start_to_fire_timeout is required")
+
+
+def _check_limits(state: RunState, decisions: Sequence[d.Decision], limits: Limits) -> None:
+    kinds = [dec.WhichOneof("attributes") for dec in decisions]
+    events_after = state.next_event_id - 1 + 1 + 2 * len(decisions)
+    if any(k not in CLOSE_DECISIONS for k in kinds) and events_after > limits.events_per_run:
+        raise ResourceExhausted(
+            f"run has {state.next_event_id - 1} events: the limit is {limits.events_per_run};"
+            " only a close decision (e.g. ContinueAsNew) is accepted now"
+        )
+    if len(state.activities) + kinds.count("schedule_activity") > limits.pending_activities:
+        raise ResourceExhausted(f"more than {limits.pending_activities} pending activities")
+    if len(state.timers) + kinds.count("start_timer") > limits.pending_timers:
+        raise ResourceExhausted(f"more than {limits.pending_timers} pending timers")
+
+
+def complete_decision_task(
+    t: Transition,
+    token: TaskToken,
+    decisions: Sequence[d.Decision],
+    identity: str,
+    ctx: DecisionContext,
+) -> None:
+    _check_token(t.state, token)
+    validate_decisions(decisions, ctx.limits)
+    _check_limits(t.state, decisions, ctx.limits)
+    completed = t.emit(
+        h.DeciderCompletedAttributes(
+            scheduled_event_id=token.scheduled_id,
+            started_event_id=token.started_id,
+            identity=identity,
+        )
+    ).event_id
+    # A DeciderScheduled queued behind this task means events arrived that this
+    # decider has not seen: a close now could lose them (SWF's unhandled decision).
+    unseen = bool(t.state.decider.scheduled_id)
+    for dec in decisions:
+        kind = dec.WhichOneof("attributes")
+        assert kind is not None
+        if kind in CLOSE_DECISIONS:
+            if unseen:
+                t.emit(
+                    h.WorkflowCloseFailedAttributes(
+                        decision_type=CLOSE_DECISIONS[kind],
+                        cause="UNHANDLED_EVENTS",
+                        decider_completed_event_id=completed,
+                    )
+                )
+            else:
+                _close(t, dec, kind, completed, ctx)
+        else:
+            _APPLY[kind](t, getattr(dec, kind), completed, ctx)
+
+
+def _schedule_activity(
+    t: Transition, a: d.ScheduleActivityDecision, completed: int, ctx: DecisionContext
+) -> None:
+    s = t.state
+    if a.activity_id in s.activities:
+        t.emit(
+            h.ActivityScheduleFailedAttributes(
+                activity_id=a.activity_id,
+                activity_type=a.activity_type,
+                cause="DUPLICATE_ACTIVITY_ID",
+                decider_completed_event_id=completed,
+            )
+        )
+        return
+    registered = ctx.activity_defaults.get(
+        (a.activity_type.name, a.activity_type.version), ActivityDefaults()
+    )
+    attrs = h.ActivityScheduledAttributes(
+        activity_id=a.activity_id,
+        activity_type=a.activity_type,
+        task_list=a.task_list or registered.task_list or s.task_list,
+        decider_completed_event_id=completed,
+    )
+    if a.HasField("input"):
+        attrs.input.CopyFrom(a.input)
+    for name in _TIMEOUT_FIELDS:
+        proto_field = f"{name}_timeout"
+        value: float | None = getattr(registered, name)
+        if name == "start_to_close" and value is None:
+            value = ctx.defaults.activity_start_to_close
+        if a.HasField(proto_field):  # type: ignore[arg-type]
+            getattr(attrs, proto_field).CopyFrom(getattr(a, proto_field))
+        elif value is not None:
+            getattr(attrs, proto_field).CopyFrom(duration(value))
+    t.emit(attrs)
+
+
+def _request_cancel_activity(
+    t: Transition, a: d.RequestCancelActivityDecision, completed: int, ctx: DecisionContext
+) -> None:
+    act = t.state.activities.get(a.activity_id)
+    if act is None:
+        t.emit(
+            h.ActivityCancelFailedAttributes(
+                activity_id=a.activity_id,
+                cause="ACTIVITY_ID_UNKNOWN",
+                decider_completed_event_id=completed,
+            )
+        )
+        return
+    requested = t.emit(
+        h.ActivityCancelRequestedAttributes(
+            activity_id=a.activity_id, decider_completed_event_id=completed
+        )
+    ).event_id
+    if not act.started_id:
+        # No runner has it yet: cancel at once instead of waiting for one.
+        t.emit(
+            h.ActivityCanceledAttributes(
+                scheduled_event_id=act.scheduled_id, latest_cancel_requested_event_id=requested
+            )
+        )
+
+
+def _start_timer(
+    t: Transition, a: d.StartTimerDecision, completed: int, ctx: DecisionContext
+) -> None:
+    if a.timer_id in t.state.timers:
+        t.emit(
+            h.TimerScheduleFailedAttributes(
+                timer_id=a.timer_id,
+                cause="TIMER_ID_ALREADY_IN_USE",
+                decider_completed_event_id=completed,
+            )
+        )
+        return
+    t.emit(
+        h.TimerScheduledAttributes(
+            timer_id=a.timer_id,
+            start_to_fire_timeout=a.start_to_fire_timeout,
+            decider_completed_event_id=completed,
+        )
+    )
+
+
+def _cancel_timer(
+    t: Transition, a: d.CancelTimerDecision, completed: int, ctx: DecisionContext
+) -> None:
+    timer = t.state.timers.get(a.timer_id)
+    if timer is None:
+        t.emit(
+            h.TimerCancelFailedAttributes(
+                timer_id=a.timer_id, cause="TIMER_ID_UNKNOWN", decider_completed_event_id=completed
+            )
+        )
+        return
+    t.emit(
+        h.TimerCanceledAttributes(
+            timer_id=a.timer_id,
+            started_event_id=timer.started_id,
+            decider_completed_event_id=completed,
+        )
+    )
+
+
+def _record_marker(
+    t: Transition, a: d.RecordMarkerDecision, completed: int, ctx: DecisionContext
+) -> None:
+    attrs = h.MarkerAttributes(marker_name=a.marker_name, decider_completed_event_id=completed)
+    if a.HasField("details"):
+        attrs.details.CopyFrom(a.details)
+    t.emit(attrs)
+
+
+_APPLY: dict[str, Callable[[Transition, Any, int, DecisionContext], None]] = {
+    "schedule_activity": _schedule_activity,
+    "request_cancel_activity": _request_cancel_activity,
+    "start_timer": _start_timer,
+    "cancel_timer": _cancel_timer,
+    "record_marker": _record_marker,
+}
+
+
+def _close(t: Transition, dec: d.Decision, kind: str, completed: int, ctx: DecisionContext) -> None:
+    # The close event itself abandons the pending work (events.evolve).
+    if kind == "complete_workflow":
+        t.emit(
+            h.WorkflowSuccessAttributes(
+                result=dec.complete_workflow.result, decider_completed_event_id=completed
+            )
+        )
+    elif kind == "fail_workflow":
+        f = dec.fail_workflow
+        t.emit(
+            h.WorkflowFailedAttributes(
+                reason=f.reason, details=f.details, decider_completed_event_id=completed
+            )
+        )
+    elif kind == "cancel_workflow":
+        t.emit(
+            h.WorkflowCanceledAttributes(
+                details=dec.cancel_workflow.details, decider_completed_event_id=completed
+            )
+        )
+    else:
+        _continue_as_new(t, dec.continue_as_new, completed, ctx)
+
+
+def _continue_as_new(
+    t: Transition, a: d.ContinueAsNewDecision, completed: int, ctx: DecisionContext
+) -> None:
+    s = t.state
+    if not ctx.new_run_id:
+        raise AssertionError("ContinueAsNew needs a new run id from the caller")
+    wtype = (
+        a.workflow_type
+        if a.workflow_type.name
+        else c.WorkflowType(name=s.type_name, version=s.type_version)
+    )
+    execution = (
+        a.execution_timeout.ToTimedelta().total_seconds()
+        if a.HasField("execution_timeout")
+        else s.execution_timeout
+    )
+    decider = (
+        a.decider_timeout.ToTimedelta().total_seconds()
+        if a.HasField("decider_timeout")
+        else s.decider_timeout
+    )
+    cmd = StartCommand(
+        type_name=wtype.name,
+        type_version=wtype.version,
+        task_list=a.task_list or s.task_list,
+        input=a.input if a.HasField("input") else None,
+        execution_timeout=execution,
+        decider_timeout=decider,
+        continued_from_run_id=s.run_id,
+    )
+    t.emit(
+        h.WorkflowContinuedAsNewAttributes(
+            new_run_id=ctx.new_run_id,
+            workflow_type=wtype,
+            task_list=cmd.task_list,
+            input=a.input,
+            execution_timeout=duration(execution),
+            decider_timeout=duration(decider),
+            decider_completed_event_id=completed,
+        )
+    )
+    successor = Transition(
+        RunState.blank(RunKey(s.namespace, s.workflow_id, ctx.new_run_id)), t.now
+    )
+    start_workflow(successor, cmd)
+    t.new_runs.append(successor.finish())

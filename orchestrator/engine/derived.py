@@ -1,0 +1,77 @@
+"""Tasks and deadlines as functions of run state.
+
+The store keeps a row for each, written in the same transaction as the state,
+by diffing what the old and the new state call for. So a pending activity
+always has its task or its timeouts, and a stale row cannot outlive its cause.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .state import RunState
+
+DECISION = "decision"
+ACTIVITY = "activity"
+
+# Deadline kinds.
+WORKFLOW_TIMEOUT = "workflow"
+DECIDER_START_TO_CLOSE = "decider_stc"
+ACTIVITY_SCHEDULE_TO_START = "activity_sts"
+ACTIVITY_START_TO_CLOSE = "activity_stc"
+ACTIVITY_SCHEDULE_TO_CLOSE = "activity_s2c"
+ACTIVITY_HEARTBEAT = "activity_hb"
+TIMER = "timer"
+
+
+@dataclass(frozen=True)
+class TaskRef:
+    kind: str
+    task_list: str
+    scheduled_id: int
+
+
+def tasks(state: RunState) -> set[TaskRef]:
+    """Tasks waiting for a poller."""
+    if not state.is_open:
+        return set()
+    out: set[TaskRef] = set()
+    d = state.decider
+    # A queued DeciderScheduled is handed out only once the started task ends.
+    if d.scheduled_id and not d.started_id:
+        out.add(TaskRef(DECISION, state.task_list, d.scheduled_id))
+    for act in state.activities.values():
+        if not act.started_id and not act.cancel_requested_id:
+            out.add(TaskRef(ACTIVITY, act.task_list, act.scheduled_id))
+    return out
+
+
+def deadlines(state: RunState) -> dict[tuple[str, int], float]:
+    """(kind, reference event id) -> due time (epoch seconds)."""
+    if not state.is_open:
+        return {}
+    out: dict[tuple[str, int], float] = {
+        (WORKFLOW_TIMEOUT, 1): state.started_at + state.execution_timeout
+    }
+    d = state.decider
+    if d.started_id:
+        out[(DECIDER_START_TO_CLOSE, d.started_id)] = d.started_at + state.decider_timeout
+    for act in state.activities.values():
+        if act.schedule_to_close is not None:
+            out[(ACTIVITY_SCHEDULE_TO_CLOSE, act.scheduled_id)] = (
+                act.scheduled_at + act.schedule_to_close
+            )
+        if not act.started_id:
+            if act.schedule_to_start is not None:
+                out[(ACTIVITY_SCHEDULE_TO_START, act.scheduled_id)] = (
+                    act.scheduled_at + act.schedule_to_start
+                )
+            continue
+        if act.start_to_close is not None:
+            out[(ACTIVITY_START_TO_CLOSE, act.started_id)] = act.started_at + act.start_to_close
+        if act.heartbeat is not None:
+            last = max(act.started_at, act.last_heartbeat_at)
+            out[(ACTIVITY_HEARTBEAT, act.started_id)] = last + act.heartbeat
+    for timer in state.timers.values():
+        out[(TIMER, timer.started_id)] = timer.fire_at
+    return out

@@ -1,0 +1,41 @@
+"""Domain errors. The api layer maps each to its gRPC status code, once."""
+
+from __future__ import annotations
+
+
+class EngineError(Exception):
+    """Base of the errors a request can end in; the message is shown to the caller."""
+
+    code_name = "INTERNAL"
+
+
+class InvalidArgument(EngineError):
+    code_name = "INVALID_ARGUMENT"
+
+
+class NotFound(EngineError):
+    code_name = "NOT_FOUND"
+
+
+class AlreadyExists(EngineError):
+    code_name = "ALREADY_EXISTS"
+
+
+class FailedPrecondition(EngineError):
+    """The run exists but is closed (Weft separates this from NOT_FOUND)."""
+
+    code_name = "FAILED_PRECONDITION"
+
+
+class ResourceExhausted(EngineError):
+    code_name = "RESOURCE_EXHAUSTED"
+
+
+class Aborted(EngineError):
+    """Lost a concurrent update; the caller may retry."""
+
+    code_name = "ABORTED"
+
+
+class Unavailable(EngineError):
+    code_name = "UNAVAILABLE"

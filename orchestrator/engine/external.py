@@ -1,0 +1,44 @@
+"""Commands from outside the run: signal, cancel request, terminate."""
+
+from __future__ import annotations
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import history_pb2 as h
+
+from .errors import ResourceExhausted
+from .limits import Limits
+from .tokens import check_open
+from .transition import Transition
+
+
+def signal(
+    t: Transition, name: str, payload: c.Payload | None, identity: str, limits: Limits
+) -> None:
+    check_open(t.state)
+    if t.state.signals >= limits.signals_per_run:
+        raise ResourceExhausted(
+            f"run has {t.state.signals} signals: the limit is {limits.signals_per_run} per run"
+        )
+    if t.state.next_event_id > limits.events_per_run:
+        raise ResourceExhausted(
+            f"run has {t.state.next_event_id - 1} events: the limit is {limits.events_per_run}"
+        )
+    attrs = h.SignalAttributes(signal_name=name, identity=identity)
+    if payload is not None:
+        attrs.input.CopyFrom(payload)
+    t.emit(attrs)
+
+
+def request_cancel(t: Transition, reason: str, identity: str) -> None:
+    check_open(t.state)
+    if t.state.cancel_requested:
+        return  # already asked: the decider has been told once
+    t.emit(h.WorkflowCancelRequestedAttributes(reason=reason, identity=identity))
+
+
+def terminate(t: Transition, reason: str, details: c.Payload | None, identity: str) -> None:
+    check_open(t.state)
+    attrs = h.WorkflowTerminatedAttributes(reason=reason, identity=identity)
+    if details is not None:
+        attrs.details.CopyFrom(details)
+    t.emit(attrs)

@@ -1,0 +1,24 @@
+"""Per-run limits (CONTRACT.md "Limits"); configurable, these are the defaults."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True)
+class Limits:
+    payload_bytes: int = 256 * 1024
+    events_per_run: int = 50_000
+    pending_activities: int = 1_000
+    pending_timers: int = 1_000
+    signals_per_run: int = 10_000
+    id_length: int = 1_000
+
+
+@dataclass(frozen=True)
+class Defaults:
+    """Timeouts applied when neither the request nor a registered type gives one (seconds)."""
+
+    execution_timeout: float = 365 * 24 * 3600.0
+    decider_timeout: float = 10.0
+    activity_start_to_close: float = 300.0

@@ -1,0 +1,37 @@
+"""Starting a run: WorkflowStarted, then DeciderScheduled."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import history_pb2 as h
+
+from .transition import Transition, duration
+
+
+@dataclass(frozen=True)
+class StartCommand:
+    type_name: str
+    type_version: str
+    task_list: str
+    input: c.Payload | None
+    execution_timeout: float
+    decider_timeout: float
+    identity: str = ""
+    continued_from_run_id: str = ""
+
+
+def start_workflow(t: Transition, cmd: StartCommand) -> None:
+    attrs = h.WorkflowStartedAttributes(
+        workflow_type=c.WorkflowType(name=cmd.type_name, version=cmd.type_version),
+        task_list=cmd.task_list,
+        execution_timeout=duration(cmd.execution_timeout),
+        decider_timeout=duration(cmd.decider_timeout),
+        identity=cmd.identity,
+        continued_from_run_id=cmd.continued_from_run_id,
+    )
+    if cmd.input is not None:
+        attrs.input.CopyFrom(cmd.input)
+    t.emit(attrs)
+    t.wake_decider()

@@ -1,0 +1,124 @@
+"""The mutable state of one run: everything the engine needs without reading history.
+
+It is a fold of the history (`events.evolve`), stored as JSON on the run row and
+always written in the same transaction as the events it derives from. The one
+exception is heartbeat bookkeeping: heartbeats are not events (CONTRACT.md), so
+`last_heartbeat_at`/`heartbeat_details` live only here.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import asdict, dataclass, field, fields
+from typing import Any
+
+OPEN = "open"
+CLOSED_STATUSES = ("completed", "failed", "canceled", "terminated", "continued_as_new", "timed_out")
+
+
+@dataclass(frozen=True)
+class RunKey:
+    namespace: str
+    workflow_id: str
+    run_id: str
+
+
+@dataclass
+class DeciderState:
+    scheduled_id: int = 0
+    """A DeciderScheduled not yet handed out (0: none). At most one."""
+    started_id: int = 0
+    """The DeciderStarted of the decision task in progress (0: none)."""
+    started_scheduled_id: int = 0
+    started_at: float = 0.0
+    previous_started_id: int = 0
+    """The DeciderStarted of the last decision task that completed."""
+
+
+@dataclass
+class ActivityState:
+    activity_id: str
+    type_name: str
+    type_version: str
+    task_list: str
+    scheduled_id: int
+    scheduled_at: float
+    schedule_to_start: float | None
+    start_to_close: float | None
+    schedule_to_close: float | None
+    heartbeat: float | None
+    started_id: int = 0
+    started_at: float = 0.0
+    identity: str = ""
+    cancel_requested_id: int = 0
+    last_heartbeat_at: float = 0.0
+    heartbeat_details: str = ""
+    """Base64 of the serialized Payload of the latest heartbeat (not in history)."""
+
+
+@dataclass
+class TimerState:
+    timer_id: str
+    started_id: int
+    fire_at: float
+
+
+@dataclass
+class RunState:
+    namespace: str
+    workflow_id: str
+    run_id: str
+    type_name: str = ""
+    type_version: str = ""
+    task_list: str = ""
+    status: str = OPEN
+    next_event_id: int = 1
+    started_at: float = 0.0
+    closed_at: float = 0.0
+    execution_timeout: float = 0.0
+    decider_timeout: float = 0.0
+    continued_from_run_id: str = ""
+    continued_as_new_run_id: str = ""
+    cancel_requested: bool = False
+    signals: int = 0
+    decider: DeciderState = field(default_factory=DeciderState)
+    activities: dict[str, ActivityState] = field(default_factory=dict)
+    timers: dict[str, TimerState] = field(default_factory=dict)
+
+    @classmethod
+    def blank(cls, key: RunKey) -> RunState:
+        return cls(namespace=key.namespace, workflow_id=key.workflow_id, run_id=key.run_id)
+
+    @property
+    def key(self) -> RunKey:
+        return RunKey(self.namespace, self.workflow_id, self.run_id)
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == OPEN
+
+    def activity_by_scheduled_id(self, scheduled_id: int) -> ActivityState | None:
+        for act in self.activities.values():
+            if act.scheduled_id == scheduled_id:
+                return act
+        return None
+
+    def to_json(self) -> str:
+        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+
+    @classmethod
+    def from_json(cls, text: str) -> RunState:
+        raw: dict[str, Any] = json.loads(text)
+        raw["decider"] = DeciderState(**raw["decider"])
+        raw["activities"] = {k: ActivityState(**v) for k, v in raw["activities"].items()}
+        raw["timers"] = {k: TimerState(**v) for k, v in raw["timers"].items()}
+        known = {f.name for f in fields(cls)}
+        return cls(**{k: v for k, v in raw.items() if k in known})
+
+    def without_heartbeats(self) -> dict[str, Any]:
+        """The part of the state that the history alone determines."""
+        data = asdict(self)
+        for act in data["activities"].values():
+            act["last_heartbeat_at"] = 0.0
+            act["heartbeat_details"] = ""
+        return data

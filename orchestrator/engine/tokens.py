@@ -1,0 +1,23 @@
+"""What a task token names. Signing and encoding live in the api layer."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from .errors import FailedPrecondition
+from .state import RunKey, RunState
+
+
+@dataclass(frozen=True)
+class TaskToken:
+    key: RunKey
+    kind: str
+    scheduled_id: int
+    started_id: int
+
+
+def check_open(state: RunState) -> None:
+    if not state.is_open:
+        raise FailedPrecondition(
+            f"workflow {state.workflow_id!r} run {state.run_id} is already closed ({state.status})"
+        )

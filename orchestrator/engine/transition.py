@@ -1,0 +1,61 @@
+"""A transition: the events one command appends to one run, applied as they go."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
+
+from sdk.api.weft.v1 import history_pb2 as h
+
+from .events import TRIGGERS, evolve, make_event
+from .state import RunState
+
+
+def duration(seconds: float) -> Duration:
+    d = Duration()
+    d.FromNanoseconds(round(seconds * 1e9))
+    return d
+
+
+@dataclass
+class Transition:
+    state: RunState
+    now: datetime
+    events: list[h.HistoryEvent] = field(default_factory=list)
+    new_runs: list[Transition] = field(default_factory=list)
+    """Runs this command opens besides its own (continue-as-new)."""
+    state_changed: bool = False
+    """True when the state changed without an event (a heartbeat)."""
+    _wake_decider: bool = False
+
+    def emit(self, attributes: Message) -> h.HistoryEvent:
+        if not self.state.is_open:
+            raise AssertionError("nothing may be appended after a close event")
+        event = make_event(self.state.next_event_id, self.now, attributes)
+        evolve(self.state, event)
+        self.events.append(event)
+        if event.type in TRIGGERS:
+            self._wake_decider = True
+        return event
+
+    def wake_decider(self) -> None:
+        self._wake_decider = True
+
+    def finish(self) -> Transition:
+        """Append DeciderScheduled if something triggered it and none is outstanding.
+
+        "Outstanding" means scheduled and not yet started: one may be queued
+        behind a started decision task, but never two (seed 002).
+        """
+        s = self.state
+        if self._wake_decider and s.is_open and not s.decider.scheduled_id:
+            self.emit(
+                h.DeciderScheduledAttributes(
+                    task_list=s.task_list, start_to_close_timeout=duration(s.decider_timeout)
+                )
+            )
+        self._wake_decider = False
+        return self

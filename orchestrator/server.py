@@ -1,0 +1,127 @@
+"""One orchestrator node: the gRPC service, the deadline scanner and, on
+PostgreSQL, the cross-node listener, around one store."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+
+import grpc
+import structlog
+from grpc_health.v1 import health, health_pb2, health_pb2_grpc
+from grpc_reflection.v1alpha import reflection
+
+from orchestrator.api.service import ServiceSettings, WorkflowService
+from orchestrator.api.tokens import TokenCodec
+from orchestrator.config import ServerConfig
+from orchestrator.dispatch.listener import listen
+from orchestrator.dispatch.wakeups import Wakeups
+from orchestrator.store.store import Committed, Store, TaskListKey
+from orchestrator.timers.scanner import DeadlineScanner
+from sdk.api.weft.v1 import service_pb2, service_pb2_grpc
+
+log = structlog.get_logger("weft.server")
+SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].full_name
+_MAX_MESSAGE = 64 * 1024 * 1024
+
+
+class Server:
+    def __init__(self, config: ServerConfig) -> None:
+        self.config = config
+        self.port = 0
+        self._wakeups = Wakeups()
+        self._tasks: list[asyncio.Task[None]] = []
+        self._grpc: grpc.aio.Server | None = None
+        self._store: Store | None = None
+        self._service: WorkflowService | None = None
+        self._scanner: DeadlineScanner | None = None
+        self._health = health.aio.HealthServicer()
+
+    def _committed(self, c: Committed) -> None:
+        for key in c.task_lists:
+            self._wakeups.wake(key)
+        for run_id in c.runs_with_events:
+            self._wakeups.wake(("run", run_id))
+        if c.earliest_deadline is not None and self._scanner is not None:
+            self._scanner.hint(c.earliest_deadline)
+
+    async def start(self) -> int:
+        store = self._store = await Store.open(self.config.db_url, self._committed)
+        tokens = TokenCodec(await store.token_secret())
+        settings = ServiceSettings(
+            long_poll=self.config.long_poll,
+            limits=self.config.limits,
+            defaults=self.config.defaults,
+        )
+        self._service = WorkflowService(store, tokens, self._wakeups, settings)
+        self._scanner = DeadlineScanner(store)
+        self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
+        if store.is_pg:
+            ready = asyncio.Event()
+            self._tasks.append(
+                asyncio.create_task(
+                    listen(self.config.db_url, self._on_notify, self._wakeups.wake_all, ready),
+                    name="pg-listener",
+                )
+            )
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(ready.wait(), 10)
+
+        server = self._grpc = grpc.aio.server(
+            options=[
+                ("grpc.max_receive_message_length", _MAX_MESSAGE),
+                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.keepalive_permit_without_calls", 1),
+                ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+            ]
+        )
+        service_pb2_grpc.add_WorkflowServiceServicer_to_server(self._service, server)
+        health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
+        reflection.enable_server_reflection(
+            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+        )
+        self.port = server.add_insecure_port(self.config.listen)
+        if not self.port:
+            raise OSError(f"cannot listen on {self.config.listen}")
+        await server.start()
+        for name in ("", SERVICE_NAME):
+            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        log.info(
+            "server.started",
+            listen=self.config.listen,
+            port=self.port,
+            db=_safe(self.config.db_url),
+        )
+        return self.port
+
+    def _on_notify(self, key: TaskListKey) -> None:
+        self._wakeups.wake(key)
+
+    async def wait(self) -> None:
+        assert self._grpc is not None
+        await self._grpc.wait_for_termination()
+
+    async def stop(self, grace: float | None = None) -> None:
+        """Drain: refuse new polls, answer waiting ones empty, let in-flight calls finish."""
+        grace = self.config.drain_grace if grace is None else grace
+        if self._service is not None:
+            self._service.draining = True
+        self._wakeups.wake_all()
+        await self._health.enter_graceful_shutdown()
+        if self._grpc is not None:
+            await self._grpc.stop(grace)
+        for task in self._tasks:
+            task.cancel()
+        for task in self._tasks:
+            with contextlib.suppress(asyncio.CancelledError):
+                await task
+        self._tasks.clear()
+        if self._store is not None:
+            await self._store.close()
+        log.info("server.stopped")
+
+
+def _safe(url: str) -> str:
+    from sqlalchemy.engine import make_url
+
+    return make_url(url).render_as_string(hide_password=True)

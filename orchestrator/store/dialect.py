@@ -1,0 +1,86 @@
+"""What differs between SQLite and PostgreSQL: engine set-up, row locking,
+upserts, error classification. Nothing else in the store branches on dialect."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from sqlalchemy import event
+from sqlalchemy.dialects import postgresql, sqlite
+from sqlalchemy.engine import make_url
+from sqlalchemy.exc import DBAPIError, OperationalError
+from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.sql import Insert, Select
+
+WRITE = "weft_write"
+
+# PostgreSQL SQLSTATEs worth retrying: serialization failure, deadlock, and the
+# codes a failover produces (read-only transaction, cannot connect now).
+_PG_RETRY = {"40001", "40P01", "25006", "57P03", "0A000"}
+
+
+def async_url(url: str) -> str:
+    """Users write plain URLs; the server picks the async driver."""
+    u = make_url(url)
+    backend = u.get_backend_name()
+    if backend == "sqlite":
+        u = u.set(drivername="sqlite+aiosqlite")
+    elif backend == "postgresql":
+        u = u.set(drivername="postgresql+psycopg")
+    else:
+        raise ValueError(f"unsupported database {backend!r}: use sqlite:/// or postgresql://")
+    return u.render_as_string(hide_password=False)
+
+
+def create_engine(url: str) -> AsyncEngine:
+    engine = create_async_engine(async_url(url), pool_pre_ping=True)
+    if engine.dialect.name == "sqlite":
+        _configure_sqlite(engine)
+    return engine
+
+
+def _configure_sqlite(engine: AsyncEngine) -> None:
+    @event.listens_for(engine.sync_engine, "connect")
+    def _connect(dbapi_conn: Any, _record: Any) -> None:
+        # We issue BEGIN ourselves (below): the driver's implicit transactions
+        # skip SELECTs, which would make a read-modify-write non-atomic.
+        dbapi_conn.isolation_level = None
+        cur = dbapi_conn.cursor()
+        cur.execute("PRAGMA journal_mode=WAL")
+        # FULL: an acknowledged commit survives power loss too, not only kill -9.
+        cur.execute("PRAGMA synchronous=FULL")
+        cur.execute("PRAGMA busy_timeout=30000")
+        cur.execute("PRAGMA foreign_keys=ON")
+        cur.close()
+
+    @event.listens_for(engine.sync_engine, "begin")
+    def _begin(conn: Any) -> None:
+        # Writers take the lock up front, so two writers never deadlock on an
+        # upgrade from a read lock.
+        conn.exec_driver_sql(
+            "BEGIN IMMEDIATE" if conn.get_execution_options().get(WRITE) else "BEGIN"
+        )
+
+
+def for_update(query: Select[Any], is_pg: bool, skip_locked: bool = False) -> Select[Any]:
+    # SQLite has no row locks: BEGIN IMMEDIATE already serialises writers.
+    return query.with_for_update(skip_locked=skip_locked) if is_pg else query
+
+
+def upsert(is_pg: bool, table: Any, values: dict[str, Any], keys: list[str]) -> Insert:
+    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
+    update = {k: v for k, v in values.items() if k not in keys}
+    return ins.values(**values).on_conflict_do_update(index_elements=keys, set_=update)
+
+
+def is_retryable(exc: BaseException) -> bool:
+    if isinstance(exc, DBAPIError) and exc.connection_invalidated:
+        return True
+    orig = getattr(exc, "orig", None)
+    sqlstate = getattr(orig, "sqlstate", None)
+    if sqlstate in _PG_RETRY:
+        return True
+    text = str(orig or exc).lower()
+    return isinstance(exc, OperationalError) and (
+        "database is locked" in text or "connection" in text or "server closed" in text
+    )

@@ -1,0 +1,53 @@
+"""Schema migrations (Alembic), run by the server at start-up.
+
+On PostgreSQL several nodes may start together, so the upgrade runs under an
+advisory lock; SQLite has one node and serialises writers anyway.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from alembic import command
+from alembic.config import Config
+from sqlalchemy import create_engine, text
+from sqlalchemy.engine import Connection, make_url
+
+MIGRATIONS = Path(__file__).parent / "migrations"
+_ADVISORY_KEY = 0x5745_4654_0001  # "WEFT" + 1
+
+
+def sync_url(url: str) -> str:
+    """The synchronous driver for a user's URL (migrations only)."""
+    u = make_url(url)
+    if u.get_backend_name() == "postgresql":
+        u = u.set(drivername="postgresql+psycopg")
+    elif u.get_backend_name() == "sqlite":
+        u = u.set(drivername="sqlite")
+    return u.render_as_string(hide_password=False)
+
+
+def alembic_config(connection: Connection) -> Config:
+    cfg = Config()
+    cfg.set_main_option("script_location", str(MIGRATIONS))
+    cfg.attributes["connection"] = connection
+    return cfg
+
+
+def upgrade(url: str) -> None:
+    engine = create_engine(sync_url(url))
+    try:
+        with engine.connect() as conn:
+            is_pg = conn.dialect.name == "postgresql"
+            if is_pg:
+                conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
+                conn.commit()
+            try:
+                command.upgrade(alembic_config(conn), "head")
+                conn.commit()
+            finally:
+                if is_pg:
+                    conn.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": _ADVISORY_KEY})
+                    conn.commit()
+    finally:
+        engine.dispose()

@@ -1,0 +1,154 @@
+"""The database schema, defined once for SQLite and PostgreSQL (SQLAlchemy Core).
+
+Every table is keyed so that it could be distributed by (namespace, workflow id)
+or by run id; nothing joins across runs on a hot path.
+"""
+
+from __future__ import annotations
+
+from sqlalchemy import (
+    BigInteger,
+    Column,
+    DateTime,
+    Float,
+    Index,
+    Integer,
+    LargeBinary,
+    MetaData,
+    String,
+    Table,
+    Text,
+    text,
+)
+
+metadata = MetaData(
+    naming_convention={
+        "ix": "ix_%(table_name)s_%(column_0_N_name)s",
+        "uq": "uq_%(table_name)s_%(column_0_N_name)s",
+        "pk": "pk_%(table_name)s",
+    }
+)
+
+ID = String(255)
+RUN_ID = String(64)
+# SQLite autoincrements only INTEGER PRIMARY KEY columns.
+SERIAL = BigInteger().with_variant(Integer(), "sqlite")
+
+runs = Table(
+    "runs",
+    metadata,
+    Column("run_id", RUN_ID, primary_key=True),
+    Column("namespace", ID, nullable=False),
+    Column("workflow_id", String(1000), nullable=False),
+    Column("workflow_type", ID, nullable=False),
+    Column("task_list", ID, nullable=False),
+    Column("status", String(32), nullable=False),
+    Column("start_time", DateTime(), nullable=False),
+    Column("close_time", DateTime()),
+    Column("history_length", BigInteger, nullable=False),
+    Column("continued_from_run_id", RUN_ID, nullable=False),
+    # The engine's RunState as JSON: always the fold of this run's history.
+    Column("state", Text, nullable=False),
+    # At most one open run per workflow id; the database enforces it across nodes.
+    Index(
+        "ux_runs_open_workflow",
+        "namespace",
+        "workflow_id",
+        unique=True,
+        sqlite_where=text("status = 'open'"),
+        postgresql_where=text("status = 'open'"),
+    ),
+    Index("ix_runs_workflow", "namespace", "workflow_id", "start_time"),
+    Index("ix_runs_listing", "namespace", "status", "start_time"),
+)
+
+history_events = Table(
+    "history_events",
+    metadata,
+    Column("run_id", RUN_ID, primary_key=True),
+    Column("event_id", BigInteger, primary_key=True),
+    Column("event_type", String(64), nullable=False),
+    Column("timestamp", DateTime(), nullable=False),
+    # The serialized weft.v1.HistoryEvent.
+    Column("data", LargeBinary, nullable=False),
+)
+
+tasks = Table(
+    "tasks",
+    metadata,
+    Column("id", SERIAL, primary_key=True, autoincrement=True),
+    Column("namespace", ID, nullable=False),
+    Column("kind", String(16), nullable=False),
+    Column("task_list", ID, nullable=False),
+    Column("run_id", RUN_ID, nullable=False),
+    Column("scheduled_id", BigInteger, nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Index("ux_tasks_run", "run_id", "kind", "scheduled_id", unique=True),
+    Index("ix_tasks_poll", "namespace", "kind", "task_list", "id"),
+)
+
+deadlines = Table(
+    "deadlines",
+    metadata,
+    Column("run_id", RUN_ID, primary_key=True),
+    Column("kind", String(16), primary_key=True),
+    Column("ref_id", BigInteger, primary_key=True),
+    Column("due", DateTime(), nullable=False),
+    Index("ix_deadlines_due", "due"),
+)
+
+request_ids = Table(
+    "request_ids",
+    metadata,
+    Column("namespace", ID, primary_key=True),
+    Column("workflow_id", String(1000), primary_key=True),
+    Column("kind", String(16), primary_key=True),
+    Column("request_id", ID, primary_key=True),
+    Column("run_id", RUN_ID, nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+)
+
+workflow_types = Table(
+    "workflow_types",
+    metadata,
+    Column("namespace", ID, primary_key=True),
+    Column("name", ID, primary_key=True),
+    Column("version", ID, primary_key=True),
+    Column("default_task_list", ID, nullable=False),
+    Column("default_execution_timeout", Float),
+    Column("default_decider_timeout", Float),
+    Column("description", Text, nullable=False),
+    Column("registered_at", DateTime(), nullable=False),
+)
+
+activity_types = Table(
+    "activity_types",
+    metadata,
+    Column("namespace", ID, primary_key=True),
+    Column("name", ID, primary_key=True),
+    Column("version", ID, primary_key=True),
+    Column("default_task_list", ID, nullable=False),
+    Column("default_schedule_to_start", Float),
+    Column("default_start_to_close", Float),
+    Column("default_schedule_to_close", Float),
+    Column("default_heartbeat", Float),
+    Column("description", Text, nullable=False),
+    Column("registered_at", DateTime(), nullable=False),
+)
+
+pollers = Table(
+    "pollers",
+    metadata,
+    Column("namespace", ID, primary_key=True),
+    Column("kind", String(16), primary_key=True),
+    Column("task_list", ID, primary_key=True),
+    Column("identity", ID, primary_key=True),
+    Column("last_seen", DateTime(), nullable=False),
+)
+
+server_meta = Table(
+    "server_meta",
+    metadata,
+    Column("key", ID, primary_key=True),
+    Column("value", Text, nullable=False),
+)

@@ -1,0 +1,82 @@
+"""The deadline scanner: every timeout and user timer is a row with a due time;
+this loop feeds due rows through the engine like any other command.
+
+Rows are read without locks: the engine re-checks each one under the run's row
+lock, so a row two nodes both see fires once and a stale one is a no-op.
+Overdue rows of a node that was down fire on the first pass after start.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+from datetime import UTC, datetime
+
+import structlog
+
+from orchestrator.engine.errors import EngineError
+from orchestrator.engine.timeouts import fire_deadline
+from orchestrator.store.store import DueDeadline, Store
+
+log = structlog.get_logger("weft.timers")
+
+_IDLE_RECHECK = 1.0  # deadlines another node creates are seen within this
+_BATCH = 200
+
+
+class DeadlineScanner:
+    def __init__(self, store: Store) -> None:
+        self._store = store
+        self._wake = asyncio.Event()
+        self._next_due: float | None = None
+
+    def hint(self, due: float) -> None:
+        """A commit on this node created a deadline; wake early if it is sooner."""
+        if self._next_due is None or due < self._next_due:
+            self._wake.set()
+
+    async def run(self) -> None:
+        while True:
+            fired = 0
+            try:
+                fired = await self.fire_due()
+                nxt = await self._store.next_deadline()
+            except asyncio.CancelledError:
+                raise
+            except Exception as exc:
+                log.warning("timers.scan_failed", error=str(exc)[:200])
+                nxt = None
+            now = datetime.now(UTC).timestamp()
+            self._next_due = nxt.timestamp() if nxt else None
+            pause = _IDLE_RECHECK if nxt is None else min(_IDLE_RECHECK, nxt.timestamp() - now)
+            if not fired:
+                # A due row the engine judged not yet due (clock skew between
+                # nodes, rounding): look again shortly rather than spin.
+                pause = max(pause, 0.05)
+            self._wake.clear()
+            if pause > 0:
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(self._wake.wait(), pause)
+
+    async def fire_due(self) -> int:
+        """Fire every due deadline; returns how many appended an event."""
+        fired = 0
+        while True:
+            due = await self._store.due_deadlines(datetime.now(UTC), _BATCH)
+            for row in due:
+                if await self._fire(row):
+                    fired += 1
+            if len(due) < _BATCH:
+                return fired
+
+    async def _fire(self, row: DueDeadline) -> bool:
+        try:
+            appended: bool = await self._store.transact(
+                row.run_id, lambda t: fire_deadline(t, row.kind, row.ref_id)
+            )
+        except EngineError as exc:
+            log.warning("timers.fire_failed", run_id=row.run_id, kind=row.kind, error=str(exc))
+            return False
+        if appended:
+            log.info("timers.fired", run_id=row.run_id, kind=row.kind, ref_id=row.ref_id)
+        return appended

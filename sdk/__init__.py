@@ -1,0 +1,1 @@
+"""The Weft SDK (its public surface arrives with the SDK issue)."""

@@ -1,0 +1,27 @@
+"""Durations as people write them: `500ms`, `10s`, `5m`, `2h`, `7d`, and
+combinations such as `1h30m` (CONTRACT.md). Used by the CLI and YAML only;
+code passes `timedelta`."""
+
+from __future__ import annotations
+
+import re
+from datetime import timedelta
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+
+
+def parse_duration(text: str) -> timedelta:
+    """Parse a duration; raises ValueError with a readable message."""
+    raw = text.strip().replace(" ", "")
+    if not raw:
+        raise ValueError("empty duration")
+    pos, total = 0, 0.0
+    for match in _PART.finditer(raw):
+        if match.start() != pos:
+            break
+        total += float(match.group(1)) * _UNITS[match.group(2)]
+        pos = match.end()
+    if pos != len(raw):
+        raise ValueError(f"invalid duration {text!r}: use e.g. 500ms, 10s, 5m, 2h, 7d or 1h30m")
+    return timedelta(seconds=total)
