@@ -53,6 +53,12 @@ def main() -> None:
     help="HOST:PORT to serve gRPC on",
 )
 @click.option(
+    "--metrics-listen",
+    envvar="WEFT_METRICS_LISTEN",
+    default="",
+    help="HOST:PORT to serve Prometheus metrics on (off unless given)",
+)
+@click.option(
     "--long-poll",
     envvar="WEFT_LONG_POLL",
     type=DURATION,
@@ -61,19 +67,27 @@ def main() -> None:
     help="how long a poll waits before an empty answer",
 )
 @click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
-def server(db_url: str, listen: str, long_poll: timedelta, log_level: str) -> None:
+def server(
+    db_url: str, listen: str, metrics_listen: str, long_poll: timedelta, log_level: str
+) -> None:
     """Run an orchestrator node."""
     from orchestrator import logging as weft_logging
     from orchestrator.server import Server
 
     weft_logging.configure(log_level)
-    config = ServerConfig(db_url=db_url, listen=listen, long_poll=long_poll.total_seconds())
+    config = ServerConfig(
+        db_url=db_url,
+        listen=listen,
+        metrics_listen=metrics_listen,
+        long_poll=long_poll.total_seconds(),
+    )
     try:
         asyncio.run(_serve(Server(config)))
     except KeyboardInterrupt:
         pass
-    except (OSError, ValueError) as exc:
-        click.echo(f"weft server: {exc}", err=True)
+    except Exception as exc:
+        message = str(getattr(exc, "orig", None) or exc).strip().splitlines()
+        click.echo(f"weft server: {message[0] if message else type(exc).__name__}", err=True)
         sys.exit(1)
 
 

@@ -15,6 +15,8 @@ DEFAULT_LISTEN = "127.0.0.1:7400"
 class ServerConfig:
     db_url: str = DEFAULT_DB
     listen: str = DEFAULT_LISTEN
+    metrics_listen: str = ""
+    """HOST:PORT for Prometheus text exposition; empty: not served."""
     long_poll: float = 60.0
     drain_grace: float = 10.0
     limits: Limits = field(default_factory=Limits)

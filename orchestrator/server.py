@@ -16,6 +16,7 @@ from orchestrator.api.tokens import TokenCodec
 from orchestrator.config import ServerConfig
 from orchestrator.dispatch.listener import listen
 from orchestrator.dispatch.wakeups import Wakeups
+from orchestrator.metrics import Metrics
 from orchestrator.store.store import Committed, Store, TaskListKey
 from orchestrator.timers.scanner import DeadlineScanner
 from sdk.api.weft.v1 import service_pb2, service_pb2_grpc
@@ -36,8 +37,10 @@ class Server:
         self._service: WorkflowService | None = None
         self._scanner: DeadlineScanner | None = None
         self._health = health.aio.HealthServicer()
+        self.metrics = Metrics()
 
     def _committed(self, c: Committed) -> None:
+        self.metrics.events.inc(c.events)
         for key in c.task_lists:
             self._wakeups.wake(key)
         for run_id in c.runs_with_events:
@@ -53,8 +56,8 @@ class Server:
             limits=self.config.limits,
             defaults=self.config.defaults,
         )
-        self._service = WorkflowService(store, tokens, self._wakeups, settings)
-        self._scanner = DeadlineScanner(store)
+        self._service = WorkflowService(store, tokens, self._wakeups, settings, self.metrics)
+        self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
         if store.is_pg:
             ready = asyncio.Event()
@@ -71,6 +74,7 @@ class Server:
             options=[
                 ("grpc.max_receive_message_length", _MAX_MESSAGE),
                 ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.so_reuseport", 0),  # a second node on a taken port must fail, not share it
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ]
@@ -84,6 +88,8 @@ class Server:
         if not self.port:
             raise OSError(f"cannot listen on {self.config.listen}")
         await server.start()
+        if self.config.metrics_listen:
+            self.metrics.serve(self.config.metrics_listen)
         for name in ("", SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import time
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -20,12 +21,21 @@ def grpc_errors(
 ) -> Callable[[Any, Any, grpc.aio.ServicerContext[Any, Any]], Awaitable[R]]:
     @functools.wraps(method)
     async def wrapper(self: Any, request: Any, context: grpc.aio.ServicerContext[Any, Any]) -> R:
+        started = time.perf_counter()
+        code = "OK"
         try:
             return await method(self, request, context)
         except EngineError as exc:
-            code = getattr(grpc.StatusCode, exc.code_name)
-            log.info("rpc.refused", rpc=method.__name__, code=exc.code_name, reason=str(exc))
-            await context.abort(code, str(exc))
+            code = exc.code_name
+            log.info("rpc.refused", rpc=method.__name__, code=code, reason=str(exc))
+            await context.abort(getattr(grpc.StatusCode, code), str(exc))
             raise  # abort raises; this line is for the type checker
+        except Exception:
+            code = "INTERNAL"
+            raise
+        finally:
+            self.metrics.rpc_seconds.labels(method.__name__, code).observe(
+                time.perf_counter() - started
+            )
 
     return wrapper

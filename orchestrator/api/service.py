@@ -31,6 +31,7 @@ from orchestrator.engine.start import StartCommand, start_workflow
 from orchestrator.engine.state import RunKey, RunState
 from orchestrator.engine.tokens import TaskToken
 from orchestrator.engine.transition import Transition, duration
+from orchestrator.metrics import Metrics
 from orchestrator.store.store import RunRow, Store, TaskListKey
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
@@ -88,8 +89,14 @@ def _info(row: RunRow, version: str = "") -> c.WorkflowExecutionInfo:
 
 class WorkflowService(sg.WorkflowServiceServicer):
     def __init__(
-        self, store: Store, tokens: TokenCodec, wakeups: Wakeups, settings: ServiceSettings
+        self,
+        store: Store,
+        tokens: TokenCodec,
+        wakeups: Wakeups,
+        settings: ServiceSettings,
+        metrics: Metrics,
     ) -> None:
+        self.metrics = metrics
         self._store = store
         self._tokens = tokens
         self._wakeups = wakeups
@@ -364,6 +371,7 @@ class WorkflowService(sg.WorkflowServiceServicer):
         )
         if got is None:
             return s.PollForDecisionTaskResponse()
+        self.metrics.tasks_claimed.labels(DECISION).inc()
         state, started_id = got
         token = TaskToken(state.key, DECISION, state.decider.started_scheduled_id, started_id)
         page = await self._history_page(
@@ -468,6 +476,7 @@ class WorkflowService(sg.WorkflowServiceServicer):
         )
         if got is None:
             return s.PollForActivityTaskResponse()
+        self.metrics.tasks_claimed.labels(ACTIVITY).inc()
         run, act, started_id = got
         scheduled, started = await self._store.read_history(
             run.run_id, act.scheduled_id, started_id, 1

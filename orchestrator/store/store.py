@@ -82,6 +82,7 @@ class Committed:
 
     task_lists: set[TaskListKey] = field(default_factory=set)
     runs_with_events: set[str] = field(default_factory=set)
+    events: int = 0
     earliest_deadline: float | None = None
 
 
@@ -114,6 +115,7 @@ class Store:
 
     @classmethod
     async def open(cls, url: str, on_commit: Callable[[Committed], None] = lambda c: None) -> Store:
+        dialect.async_url(url)  # refuse an unsupported URL before touching anything
         await asyncio.to_thread(migrate.upgrade, url)
         return cls(dialect.create_engine(url), on_commit)
 
@@ -387,6 +389,7 @@ class Store:
                 ],
             )
             committed.runs_with_events.add(s.run_id)
+            committed.events += len(t.events)
         row = {
             "status": s.status,
             "close_time": _naive(s.closed_at) if s.closed_at else None,

@@ -16,6 +16,7 @@ import structlog
 
 from orchestrator.engine.errors import EngineError
 from orchestrator.engine.timeouts import fire_deadline
+from orchestrator.metrics import Metrics
 from orchestrator.store.store import DueDeadline, Store
 
 log = structlog.get_logger("weft.timers")
@@ -25,8 +26,9 @@ _BATCH = 200
 
 
 class DeadlineScanner:
-    def __init__(self, store: Store) -> None:
+    def __init__(self, store: Store, metrics: Metrics) -> None:
         self._store = store
+        self._metrics = metrics
         self._wake = asyncio.Event()
         self._next_due: float | None = None
 
@@ -78,5 +80,6 @@ class DeadlineScanner:
             log.warning("timers.fire_failed", run_id=row.run_id, kind=row.kind, error=str(exc))
             return False
         if appended:
+            self._metrics.deadlines_fired.labels(row.kind).inc()
             log.info("timers.fired", run_id=row.run_id, kind=row.kind, ref_id=row.ref_id)
         return appended

@@ -1,0 +1,36 @@
+"""Prometheus metrics of one node, served as text exposition on --metrics-listen.
+
+One registry per server (no module globals), so in-process test servers do not
+share counters. Workflow ids are never labels: they would explode cardinality.
+"""
+
+from __future__ import annotations
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+
+
+class Metrics:
+    def __init__(self) -> None:
+        self.registry = CollectorRegistry()
+        self.rpc_seconds = Histogram(
+            "weft_rpc_duration_seconds",
+            "gRPC handling time (long polls include their wait)",
+            ["method", "code"],
+            registry=self.registry,
+        )
+        self.events = Counter(
+            "weft_events_appended_total", "History events appended", registry=self.registry
+        )
+        self.tasks_claimed = Counter(
+            "weft_tasks_claimed_total", "Tasks handed to pollers", ["kind"], registry=self.registry
+        )
+        self.deadlines_fired = Counter(
+            "weft_deadlines_fired_total",
+            "Timeouts and timers that appended an event",
+            ["kind"],
+            registry=self.registry,
+        )
+
+    def serve(self, listen: str) -> None:
+        host, _, port = listen.rpartition(":")
+        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
