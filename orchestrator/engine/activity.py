@@ -27,7 +27,7 @@ def start_activity_task(t: Transition, scheduled_id: int, identity: str) -> Acti
 def _current(state: RunState, token: TaskToken) -> ActivityState:
     check_open(state)
     act = state.activity_by_scheduled_id(token.scheduled_id)
-    if act is None or act.started_id != token.started_id:
+    if act is None or not act.started_id or act.started_id != token.started_id:
         raise NotFound("activity task not found: it already finished, timed out or was canceled")
     return act
 

@@ -13,6 +13,7 @@ from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
 from .errors import InvalidArgument, NotFound, ResourceExhausted
+from .events import TRIGGERS
 from .limits import Defaults, Limits
 from .start import StartCommand, start_workflow
 from .state import RunKey, RunState
@@ -148,11 +149,14 @@ def complete_decision_task(
     # A DeciderScheduled queued behind this task means events arrived that this
     # decider has not seen: a close now could lose them (SWF's unhandled decision).
     unseen = bool(t.state.decider.scheduled_id)
+    first = len(t.events)
     for dec in decisions:
         kind = dec.WhichOneof("attributes")
         assert kind is not None
         if kind in CLOSE_DECISIONS:
-            if unseen:
+            # So is a decision of this batch that failed: the decider has not
+            # seen its ...Failed event, and closing would hide it for good.
+            if unseen or any(e.type in TRIGGERS for e in t.events[first:]):
                 t.emit(
                     h.WorkflowCloseFailedAttributes(
                         decision_type=CLOSE_DECISIONS[kind],
