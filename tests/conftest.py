@@ -16,7 +16,8 @@ from orchestrator.server import Server
 from orchestrator.store import migrate
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 
-TEMPLATE_DB = "weft_test_template"
+# Unique per test session: concurrent sessions on one server must not share it.
+TEMPLATE_DB = f"weft_test_template_{uuid.uuid4().hex[:8]}"
 
 
 def _docker_postgres() -> str | None:

@@ -12,11 +12,18 @@ def encode(*fields: Any) -> bytes:
     return json.dumps(list(fields), separators=(",", ":")).encode()
 
 
-def decode(raw: bytes, arity: int) -> list[Any]:
+def decode(raw: bytes, types: tuple[type, ...]) -> list[Any]:
+    """The token's fields, each checked against its expected type (ints must be >= 0)."""
     try:
         fields = json.loads(raw)
     except ValueError:
         fields = None
-    if not isinstance(fields, list) or len(fields) != arity:
+    if not isinstance(fields, list) or len(fields) != len(types):
         raise InvalidArgument("next_page_token is malformed")
+    for value, kind in zip(fields, types, strict=True):
+        # bool is an int to Python, never to us.
+        if not isinstance(value, kind) or isinstance(value, bool):
+            raise InvalidArgument("next_page_token is malformed")
+        if kind is int and value < 0:
+            raise InvalidArgument("next_page_token is malformed")
     return fields

@@ -235,7 +235,7 @@ class WorkflowService(sg.WorkflowServiceServicer):
         size = req.page_size if 0 < req.page_size <= HISTORY_PAGE else HISTORY_PAGE
         first_id, last_id = 1, 0
         if req.next_page_token:
-            run_id, first_id, last_id = paging.decode(req.next_page_token, 3)
+            run_id, first_id, last_id = paging.decode(req.next_page_token, (str, int, int))
             row = await self._store.find_run(ns, req.execution.workflow_id, run_id)
         else:
             row = await self._run(ns, req.execution)
@@ -258,7 +258,8 @@ class WorkflowService(sg.WorkflowServiceServicer):
                 break
             await wait(woken, min(remaining, _RECHECK))
         nxt = events[-1].event_id + 1 if events else first_id
-        more = (nxt <= last_id) if last_id else (state.is_open or len(events) == size)
+        # The state was read before the events: a closed run's length is final.
+        more = (nxt <= last_id) if last_id else (state.is_open or nxt < state.next_event_id)
         token = paging.encode(run_id, nxt, last_id) if more else b""
         return s.GetWorkflowHistoryResponse(events=events, next_page_token=token, run_id=run_id)
 
@@ -313,8 +314,11 @@ class WorkflowService(sg.WorkflowServiceServicer):
         size = req.page_size if 0 < req.page_size <= 1000 else 100
         after = None
         if req.next_page_token:
-            at, rid = paging.decode(req.next_page_token, 2)
-            after = (datetime.fromisoformat(at), rid)
+            at, rid = paging.decode(req.next_page_token, (str, str))
+            try:
+                after = (datetime.fromisoformat(at), rid)
+            except ValueError as exc:
+                raise InvalidArgument("next_page_token is malformed") from exc
         open_only = {s.STATUS_FILTER_OPEN: True, s.STATUS_FILTER_CLOSED: False}.get(
             req.status_filter
         )
