@@ -24,6 +24,6 @@ def decode(raw: bytes, types: tuple[type, ...]) -> list[Any]:
         # bool is an int to Python, never to us.
         if not isinstance(value, kind) or isinstance(value, bool):
             raise InvalidArgument("next_page_token is malformed")
-        if kind is int and value < 0:
+        if isinstance(value, int) and value < 0:
             raise InvalidArgument("next_page_token is malformed")
     return fields

@@ -8,7 +8,7 @@ import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import grpc
 import structlog
@@ -42,6 +42,7 @@ from .errors import grpc_errors
 from .tokens import TokenCodec
 
 log = structlog.get_logger("weft.api")
+R = TypeVar("R")
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 HISTORY_PAGE = 1000
@@ -70,6 +71,11 @@ def _ts(at: datetime | float | None) -> Timestamp:
         return stamp
     stamp.FromDatetime(at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC))
     return stamp
+
+
+def _optional(msg: Any, field_name: str) -> c.Payload | None:
+    value: c.Payload | None = getattr(msg, field_name) if msg.HasField(field_name) else None
+    return value
 
 
 def _info(row: RunRow, version: str = "") -> c.WorkflowExecutionInfo:
@@ -126,7 +132,7 @@ class WorkflowService(sg.WorkflowServiceServicer):
             type_name=wtype.name,
             type_version=wtype.version,
             task_list=task_list,
-            input=req.input if req.HasField("input") else None,
+            input=_optional(req, "input"),
             execution_timeout=execution
             or registered.get("default_execution_timeout")
             or defaults.execution_timeout,
@@ -160,7 +166,7 @@ class WorkflowService(sg.WorkflowServiceServicer):
         cmd = await self._start_command(start, ns)
         validate.name("signal_name", req.signal_name)
         validate.payload_sizes(req, self._settings.limits)
-        payload = req.signal_input if req.HasField("signal_input") else None
+        payload = _optional(req, "signal_input")
         limits = self._settings.limits
 
         def send(t: Transition) -> None:
@@ -187,7 +193,7 @@ class WorkflowService(sg.WorkflowServiceServicer):
         validate.name("signal_name", req.signal_name)
         validate.payload_sizes(req, self._settings.limits)
         row = await self._run(ns, req.execution)
-        payload = req.input if req.HasField("input") else None
+        payload = _optional(req, "input")
         limits = self._settings.limits
         await self._store.transact_once(
             row.key.run_id,
@@ -218,7 +224,7 @@ class WorkflowService(sg.WorkflowServiceServicer):
         ns = validate.namespace(req.namespace)
         validate.payload_sizes(req, self._settings.limits)
         row = await self._run(ns, req.execution)
-        details = req.details if req.HasField("details") else None
+        details = _optional(req, "details")
         await self._store.transact(
             row.key.run_id, lambda t: external.terminate(t, req.reason, details, req.identity)
         )
@@ -405,28 +411,28 @@ class WorkflowService(sg.WorkflowServiceServicer):
             previous_started_event_id=state.decider.previous_started_id,
         )
 
-    def _token(self, raw: bytes, kind: str) -> TaskToken:
-        return self._tokens.decode(raw, kind)
+    async def _answer(self, req: Any, kind: str, fn: Callable[[Transition, TaskToken], R]) -> R:
+        """A worker's answer to its task: check the token, then apply `fn` to the run it names.
 
-    async def _run_of(self, token: TaskToken) -> str:
-        # The token names the run; a run that no longer exists is NOT_FOUND.
-        row = await self._store.find_run(
-            token.key.namespace, token.key.workflow_id, token.key.run_id
-        )
-        return row.key.run_id
+        The token is signed, so the run it names is the one we handed out; if
+        that task is over, the engine says NOT_FOUND and nothing is appended.
+        """
+        token = self._tokens.decode(req.task_token, kind)
+        validate.payload_sizes(req, self._settings.limits)
+        result: R = await self._store.transact(token.key.run_id, lambda t: fn(t, token))
+        return result
 
     @grpc_errors
     async def RespondDecisionTaskCompleted(
         self, req: s.RespondDecisionTaskCompletedRequest, ctx: Ctx
     ) -> s.RespondDecisionTaskCompletedResponse:
-        token = self._token(req.task_token, DECISION)
-        validate.payload_sizes(req, self._settings.limits)
         wanted = {
             (d.schedule_activity.activity_type.name, d.schedule_activity.activity_type.version)
             for d in req.decisions
             if d.WhichOneof("attributes") == "schedule_activity"
         }
-        registered = await self._store.registered_types("activity", token.key.namespace, wanted)
+        namespace = self._tokens.decode(req.task_token, DECISION).key.namespace
+        registered = await self._store.registered_types("activity", namespace, wanted)
         context = DecisionContext(
             limits=self._settings.limits,
             defaults=self._settings.defaults,
@@ -442,9 +448,10 @@ class WorkflowService(sg.WorkflowServiceServicer):
             },
             new_run_id=str(uuid.uuid4()),
         )
-        await self._store.transact(
-            await self._run_of(token),
-            lambda t: complete_decision_task(t, token, req.decisions, req.identity, context),
+        await self._answer(
+            req,
+            DECISION,
+            lambda t, token: complete_decision_task(t, token, req.decisions, req.identity, context),
         )
         return s.RespondDecisionTaskCompletedResponse()
 
@@ -452,12 +459,11 @@ class WorkflowService(sg.WorkflowServiceServicer):
     async def RespondDecisionTaskFailed(
         self, req: s.RespondDecisionTaskFailedRequest, ctx: Ctx
     ) -> s.RespondDecisionTaskFailedResponse:
-        token = self._token(req.task_token, DECISION)
-        validate.payload_sizes(req, self._settings.limits)
-        details = req.details if req.HasField("details") else None
-        await self._store.transact(
-            await self._run_of(token),
-            lambda t: fail_decision_task(t, token, req.cause, details, req.identity),
+        details = _optional(req, "details")
+        await self._answer(
+            req,
+            DECISION,
+            lambda t, token: fail_decision_task(t, token, req.cause, details, req.identity),
         )
         return s.RespondDecisionTaskFailedResponse()
 
@@ -482,9 +488,8 @@ class WorkflowService(sg.WorkflowServiceServicer):
             return s.PollForActivityTaskResponse()
         self.metrics.tasks_claimed.labels(ACTIVITY).inc()
         run, act, started_id = got
-        scheduled, started = await self._store.read_history(
-            run.run_id, act.scheduled_id, started_id, 1
-        ) + await self._store.read_history(run.run_id, started_id, started_id, 1)
+        [scheduled] = await self._store.read_history(run.run_id, act.scheduled_id, None, 1)
+        [started] = await self._store.read_history(run.run_id, started_id, None, 1)
         attrs = scheduled.activity_scheduled
         token = TaskToken(run, ACTIVITY, act.scheduled_id, started_id)
         log.info(
@@ -519,11 +524,9 @@ class WorkflowService(sg.WorkflowServiceServicer):
     async def RecordActivityHeartbeat(
         self, req: s.RecordActivityHeartbeatRequest, ctx: Ctx
     ) -> s.RecordActivityHeartbeatResponse:
-        token = self._token(req.task_token, ACTIVITY)
-        validate.payload_sizes(req, self._settings.limits)
-        details = req.details if req.HasField("details") else None
-        cancel: bool = await self._store.transact(
-            await self._run_of(token), lambda t: activities.heartbeat(t, token, details)
+        details = _optional(req, "details")
+        cancel = await self._answer(
+            req, ACTIVITY, lambda t, token: activities.heartbeat(t, token, details)
         )
         return s.RecordActivityHeartbeatResponse(cancel_requested=cancel)
 
@@ -531,11 +534,9 @@ class WorkflowService(sg.WorkflowServiceServicer):
     async def RespondActivityTaskCompleted(
         self, req: s.RespondActivityTaskCompletedRequest, ctx: Ctx
     ) -> s.RespondActivityTaskCompletedResponse:
-        token = self._token(req.task_token, ACTIVITY)
-        validate.payload_sizes(req, self._settings.limits)
-        result = req.result if req.HasField("result") else None
-        await self._store.transact(
-            await self._run_of(token), lambda t: activities.complete(t, token, result, req.identity)
+        result = _optional(req, "result")
+        await self._answer(
+            req, ACTIVITY, lambda t, token: activities.complete(t, token, result, req.identity)
         )
         return s.RespondActivityTaskCompletedResponse()
 
@@ -543,12 +544,11 @@ class WorkflowService(sg.WorkflowServiceServicer):
     async def RespondActivityTaskFailed(
         self, req: s.RespondActivityTaskFailedRequest, ctx: Ctx
     ) -> s.RespondActivityTaskFailedResponse:
-        token = self._token(req.task_token, ACTIVITY)
-        validate.payload_sizes(req, self._settings.limits)
-        details = req.details if req.HasField("details") else None
-        await self._store.transact(
-            await self._run_of(token),
-            lambda t: activities.fail(
+        details = _optional(req, "details")
+        await self._answer(
+            req,
+            ACTIVITY,
+            lambda t, token: activities.fail(
                 t, token, req.reason, details, req.non_retryable, req.identity
             ),
         )
@@ -558,12 +558,9 @@ class WorkflowService(sg.WorkflowServiceServicer):
     async def RespondActivityTaskCanceled(
         self, req: s.RespondActivityTaskCanceledRequest, ctx: Ctx
     ) -> s.RespondActivityTaskCanceledResponse:
-        token = self._token(req.task_token, ACTIVITY)
-        validate.payload_sizes(req, self._settings.limits)
-        details = req.details if req.HasField("details") else None
-        await self._store.transact(
-            await self._run_of(token),
-            lambda t: activities.canceled(t, token, details, req.identity),
+        details = _optional(req, "details")
+        await self._answer(
+            req, ACTIVITY, lambda t, token: activities.canceled(t, token, details, req.identity)
         )
         return s.RespondActivityTaskCanceledResponse()
 
