@@ -65,12 +65,14 @@ def postgres_url(postgres_admin_url: str) -> Iterator[str]:
     """A fresh, migrated PostgreSQL database for one test (copied from a template)."""
     name = f"weft_t_{uuid.uuid4().hex[:12]}"
     engine = create_engine(migrate.sync_url(postgres_admin_url), isolation_level="AUTOCOMMIT")
-    with engine.connect() as conn:
-        conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
-    yield _with_db(postgres_admin_url, name)
-    with engine.connect() as conn:
-        conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
-    engine.dispose()
+    try:
+        with engine.connect() as conn:
+            conn.execute(text(f'CREATE DATABASE "{name}" TEMPLATE "{TEMPLATE_DB}"'))
+        yield _with_db(postgres_admin_url, name)
+        with engine.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+    finally:
+        engine.dispose()
 
 
 @pytest.fixture

@@ -1,0 +1,109 @@
+"""What the servicer's parts share: settings, conversions, and the base that
+holds the store, the token codec and the wake-ups."""
+
+from __future__ import annotations
+
+import asyncio
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+import grpc
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from orchestrator.dispatch.wakeups import Wakeups, wait
+from orchestrator.engine.limits import Defaults, Limits
+from orchestrator.metrics import Metrics
+from orchestrator.store.store import RunRow, Store
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
+
+from . import paging
+from .tokens import TokenCodec
+
+Ctx = grpc.aio.ServicerContext[Any, Any]
+HISTORY_PAGE = 1000
+RECHECK = 2.0  # a missed cross-node wake-up costs at most this much latency
+_STATUS = {
+    "open": c.WORKFLOW_STATUS_OPEN,
+    "completed": c.WORKFLOW_STATUS_COMPLETED,
+    "failed": c.WORKFLOW_STATUS_FAILED,
+    "canceled": c.WORKFLOW_STATUS_CANCELED,
+    "terminated": c.WORKFLOW_STATUS_TERMINATED,
+    "continued_as_new": c.WORKFLOW_STATUS_CONTINUED_AS_NEW,
+    "timed_out": c.WORKFLOW_STATUS_TIMED_OUT,
+}
+
+
+@dataclass(frozen=True)
+class ServiceSettings:
+    long_poll: float = 60.0
+    limits: Limits = field(default_factory=Limits)
+    defaults: Defaults = field(default_factory=Defaults)
+
+
+def timestamp(at: datetime | float | None) -> Timestamp:
+    stamp = Timestamp()
+    if at is None or at == 0:
+        return stamp
+    stamp.FromDatetime(at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC))
+    return stamp
+
+
+def optional_payload(msg: Any, field_name: str) -> c.Payload | None:
+    value: c.Payload | None = getattr(msg, field_name) if msg.HasField(field_name) else None
+    return value
+
+
+def execution_info(row: RunRow, version: str = "") -> c.WorkflowExecutionInfo:
+    info = c.WorkflowExecutionInfo(
+        execution=c.WorkflowExecution(workflow_id=row.key.workflow_id, run_id=row.key.run_id),
+        workflow_type=c.WorkflowType(name=row.workflow_type, version=version),
+        task_list=row.task_list,
+        status=_STATUS[row.status],
+        start_time=timestamp(row.start_time),
+        history_length=row.history_length,
+        continued_from_run_id=row.continued_from_run_id,
+    )
+    if row.close_time is not None:
+        info.close_time.CopyFrom(timestamp(row.close_time))
+    return info
+
+
+class ServiceBase:
+    def __init__(
+        self,
+        store: Store,
+        tokens: TokenCodec,
+        wakeups: Wakeups,
+        settings: ServiceSettings,
+        metrics: Metrics,
+    ) -> None:
+        self.metrics = metrics
+        self._store = store
+        self._tokens = tokens
+        self._wakeups = wakeups
+        self._settings = settings
+        self.draining = False
+
+    async def _history_page(
+        self, row: RunRow, first_id: int, last_id: int, size: int, wait_new: bool
+    ) -> s.GetWorkflowHistoryResponse:
+        run_id = row.key.run_id
+        deadline = asyncio.get_running_loop().time() + self._settings.long_poll
+        while True:
+            woken = self._wakeups.current(("run", run_id))
+            # Status first: if the run was closed before we read, the read sees its last event.
+            state = await self._store.load_state(run_id)
+            events = await self._store.read_history(run_id, first_id, last_id or None, size)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if events or not wait_new or not state.is_open or last_id or self.draining:
+                break
+            if remaining <= 0:
+                break
+            await wait(woken, min(remaining, RECHECK))
+        nxt = events[-1].event_id + 1 if events else first_id
+        # The state was read before the events: a closed run's length is final.
+        more = (nxt <= last_id) if last_id else (state.is_open or nxt < state.next_event_id)
+        token = paging.encode(run_id, nxt, last_id) if more else b""
+        return s.GetWorkflowHistoryResponse(events=events, next_page_token=token, run_id=run_id)

@@ -1,0 +1,278 @@
+"""The worker side of WorkflowService: long polls that hand out decision and
+activity tasks, and the workers' answers."""
+
+from __future__ import annotations
+
+import asyncio
+import uuid
+from collections.abc import Callable
+from datetime import timedelta
+from typing import Any, TypeVar
+
+import structlog
+
+from orchestrator.dispatch.wakeups import wait
+from orchestrator.engine import activity as activities
+from orchestrator.engine.decisions import (
+    ActivityDefaults,
+    DecisionContext,
+    complete_decision_task,
+    fail_decision_task,
+    start_decision_task,
+)
+from orchestrator.engine.derived import ACTIVITY, DECISION
+from orchestrator.engine.errors import InvalidArgument
+from orchestrator.engine.state import RunKey, RunState
+from orchestrator.engine.tokens import TaskToken
+from orchestrator.engine.transition import Transition
+from orchestrator.store.store import TaskListKey
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
+
+from . import validate
+from .common import HISTORY_PAGE, RECHECK, Ctx, ServiceBase, optional_payload, timestamp
+from .errors import grpc_errors
+
+log = structlog.get_logger("weft.api")
+R = TypeVar("R")
+
+
+class TaskService(ServiceBase):
+    # -- decision tasks ---------------------------------------------------------------
+
+    async def _long_poll(self, key: TaskListKey, identity: str, claim: Callable[[], Any]) -> Any:
+        """Claim a task, or wait until one is committed, until the long poll expires."""
+        await self._store.record_poller(key, identity)
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self._settings.long_poll
+        while not self.draining:
+            woken = self._wakeups.current(key)
+            got = await claim()
+            if got is not None:
+                return got
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                return None
+            await wait(woken, min(remaining, RECHECK))
+        return None
+
+    @grpc_errors
+    async def PollForDecisionTask(
+        self, req: s.PollForDecisionTaskRequest, ctx: Ctx
+    ) -> s.PollForDecisionTaskResponse:
+        ns = validate.namespace(req.namespace)
+        validate.name("task_list", req.task_list)
+        key = TaskListKey(ns, DECISION, req.task_list)
+
+        def take(t: Transition, scheduled_id: int) -> tuple[RunState, int]:
+            started = start_decision_task(t, scheduled_id, req.identity)
+            return t.state, started.event_id
+
+        got = await self._long_poll(
+            key, req.identity, lambda: self._store.claim(ns, DECISION, req.task_list, take)
+        )
+        if got is None:
+            return s.PollForDecisionTaskResponse()
+        self.metrics.tasks_claimed.labels(DECISION).inc()
+        state, started_id = got
+        token = TaskToken(state.key, DECISION, state.decider.started_scheduled_id, started_id)
+        page = await self._history_page(
+            await self._store.find_run(ns, state.workflow_id, state.run_id),
+            1,
+            started_id,
+            HISTORY_PAGE,
+            False,
+        )
+        log.info(
+            "decision.started",
+            namespace=ns,
+            workflow_id=state.workflow_id,
+            run_id=state.run_id,
+            event_id=started_id,
+            task_list=req.task_list,
+        )
+        return s.PollForDecisionTaskResponse(
+            task_token=self._tokens.encode(token),
+            workflow_execution=c.WorkflowExecution(
+                workflow_id=state.workflow_id, run_id=state.run_id
+            ),
+            workflow_type=c.WorkflowType(name=state.type_name, version=state.type_version),
+            events=page.events,
+            next_page_token=page.next_page_token,
+            started_event_id=started_id,
+            previous_started_event_id=state.decider.previous_started_id,
+        )
+
+    async def _answer(self, req: Any, kind: str, fn: Callable[[Transition, TaskToken], R]) -> R:
+        """A worker's answer to its task: check the token, then apply `fn` to the run it names.
+
+        The token is signed, so the run it names is the one we handed out; if
+        that task is over, the engine says NOT_FOUND and nothing is appended.
+        """
+        token = self._tokens.decode(req.task_token, kind)
+        validate.payload_sizes(req, self._settings.limits)
+        result: R = await self._store.transact(token.key.run_id, lambda t: fn(t, token))
+        return result
+
+    @grpc_errors
+    async def RespondDecisionTaskCompleted(
+        self, req: s.RespondDecisionTaskCompletedRequest, ctx: Ctx
+    ) -> s.RespondDecisionTaskCompletedResponse:
+        wanted = {
+            (d.schedule_activity.activity_type.name, d.schedule_activity.activity_type.version)
+            for d in req.decisions
+            if d.WhichOneof("attributes") == "schedule_activity"
+        }
+        namespace = self._tokens.decode(req.task_token, DECISION).key.namespace
+        registered = await self._store.registered_types("activity", namespace, wanted)
+        context = DecisionContext(
+            limits=self._settings.limits,
+            defaults=self._settings.defaults,
+            activity_defaults={
+                k: ActivityDefaults(
+                    task_list=v["default_task_list"],
+                    schedule_to_start=v["default_schedule_to_start"],
+                    start_to_close=v["default_start_to_close"],
+                    schedule_to_close=v["default_schedule_to_close"],
+                    heartbeat=v["default_heartbeat"],
+                )
+                for k, v in registered.items()
+            },
+            new_run_id=str(uuid.uuid4()),
+        )
+        await self._answer(
+            req,
+            DECISION,
+            lambda t, token: complete_decision_task(t, token, req.decisions, req.identity, context),
+        )
+        return s.RespondDecisionTaskCompletedResponse()
+
+    @grpc_errors
+    async def RespondDecisionTaskFailed(
+        self, req: s.RespondDecisionTaskFailedRequest, ctx: Ctx
+    ) -> s.RespondDecisionTaskFailedResponse:
+        details = optional_payload(req, "details")
+        await self._answer(
+            req,
+            DECISION,
+            lambda t, token: fail_decision_task(t, token, req.cause, details, req.identity),
+        )
+        return s.RespondDecisionTaskFailedResponse()
+
+    # -- activity tasks -----------------------------------------------------------------
+
+    @grpc_errors
+    async def PollForActivityTask(
+        self, req: s.PollForActivityTaskRequest, ctx: Ctx
+    ) -> s.PollForActivityTaskResponse:
+        ns = validate.namespace(req.namespace)
+        validate.name("task_list", req.task_list)
+        key = TaskListKey(ns, ACTIVITY, req.task_list)
+
+        def take(t: Transition, scheduled_id: int) -> tuple[RunKey, Any, int]:
+            act = activities.start_activity_task(t, scheduled_id, req.identity)
+            return t.state.key, act, t.events[0].event_id
+
+        got = await self._long_poll(
+            key, req.identity, lambda: self._store.claim(ns, ACTIVITY, req.task_list, take)
+        )
+        if got is None:
+            return s.PollForActivityTaskResponse()
+        self.metrics.tasks_claimed.labels(ACTIVITY).inc()
+        run, act, started_id = got
+        [scheduled] = await self._store.read_history(run.run_id, act.scheduled_id, None, 1)
+        [started] = await self._store.read_history(run.run_id, started_id, None, 1)
+        attrs = scheduled.activity_scheduled
+        token = TaskToken(run, ACTIVITY, act.scheduled_id, started_id)
+        log.info(
+            "activity.started",
+            namespace=ns,
+            workflow_id=run.workflow_id,
+            run_id=run.run_id,
+            activity_id=act.activity_id,
+            event_id=started_id,
+            task_list=req.task_list,
+        )
+        resp = s.PollForActivityTaskResponse(
+            task_token=self._tokens.encode(token),
+            workflow_execution=c.WorkflowExecution(workflow_id=run.workflow_id, run_id=run.run_id),
+            activity_id=act.activity_id,
+            activity_type=attrs.activity_type,
+            scheduled_event_id=act.scheduled_id,
+            started_event_id=started_id,
+            attempt=started.activity_started.attempt,
+            scheduled_time=scheduled.timestamp,
+            started_time=started.timestamp,
+            namespace=ns,
+        )
+        if attrs.HasField("input"):
+            resp.input.CopyFrom(attrs.input)
+        for name in ("start_to_close_timeout", "heartbeat_timeout", "schedule_to_close_timeout"):
+            if attrs.HasField(name):
+                getattr(resp, name).CopyFrom(getattr(attrs, name))
+        return resp
+
+    @grpc_errors
+    async def RecordActivityHeartbeat(
+        self, req: s.RecordActivityHeartbeatRequest, ctx: Ctx
+    ) -> s.RecordActivityHeartbeatResponse:
+        details = optional_payload(req, "details")
+        cancel = await self._answer(
+            req, ACTIVITY, lambda t, token: activities.heartbeat(t, token, details)
+        )
+        return s.RecordActivityHeartbeatResponse(cancel_requested=cancel)
+
+    @grpc_errors
+    async def RespondActivityTaskCompleted(
+        self, req: s.RespondActivityTaskCompletedRequest, ctx: Ctx
+    ) -> s.RespondActivityTaskCompletedResponse:
+        result = optional_payload(req, "result")
+        await self._answer(
+            req, ACTIVITY, lambda t, token: activities.complete(t, token, result, req.identity)
+        )
+        return s.RespondActivityTaskCompletedResponse()
+
+    @grpc_errors
+    async def RespondActivityTaskFailed(
+        self, req: s.RespondActivityTaskFailedRequest, ctx: Ctx
+    ) -> s.RespondActivityTaskFailedResponse:
+        details = optional_payload(req, "details")
+        await self._answer(
+            req,
+            ACTIVITY,
+            lambda t, token: activities.fail(
+                t, token, req.reason, details, req.non_retryable, req.identity
+            ),
+        )
+        return s.RespondActivityTaskFailedResponse()
+
+    @grpc_errors
+    async def RespondActivityTaskCanceled(
+        self, req: s.RespondActivityTaskCanceledRequest, ctx: Ctx
+    ) -> s.RespondActivityTaskCanceledResponse:
+        details = optional_payload(req, "details")
+        await self._answer(
+            req, ACTIVITY, lambda t, token: activities.canceled(t, token, details, req.identity)
+        )
+        return s.RespondActivityTaskCanceledResponse()
+
+    # -- task lists and registrations ---------------------------------------------------
+
+    @grpc_errors
+    async def DescribeTaskList(
+        self, req: s.DescribeTaskListRequest, ctx: Ctx
+    ) -> s.DescribeTaskListResponse:
+        ns = validate.namespace(req.namespace)
+        validate.name("task_list", req.task_list)
+        kind = {c.TASK_LIST_KIND_DECISION: DECISION, c.TASK_LIST_KIND_ACTIVITY: ACTIVITY}.get(
+            req.kind
+        )
+        if kind is None:
+            raise InvalidArgument("kind must be TASK_LIST_KIND_DECISION or TASK_LIST_KIND_ACTIVITY")
+        key = TaskListKey(ns, kind, req.task_list)
+        backlog = await self._store.backlog(ns, kind, req.task_list)
+        seen = await self._store.recent_pollers(key, timedelta(minutes=5))
+        return s.DescribeTaskListResponse(
+            backlog=backlog,
+            pollers=[s.Poller(identity=i, last_access_time=timestamp(at)) for i, at in seen],
+        )
