@@ -35,6 +35,7 @@ from .errors import grpc_errors
 
 log = structlog.get_logger("weft.api")
 R = TypeVar("R")
+SUGGEST_CONTINUE = 0.9  # of the event limit: leaves room to finish the current step
 
 
 class TaskService(ServiceBase):
@@ -75,6 +76,7 @@ class TaskService(ServiceBase):
             return s.PollForDecisionTaskResponse()
         self.metrics.tasks_claimed.labels(DECISION).inc()
         state, started_id = got
+        limit = self._settings.limits.events_per_run
         token = TaskToken(state.key, DECISION, state.decider.started_scheduled_id, started_id)
         page = await self._history_page(
             await self._store.find_run(ns, state.workflow_id, state.run_id),
@@ -101,6 +103,7 @@ class TaskService(ServiceBase):
             next_page_token=page.next_page_token,
             started_event_id=started_id,
             previous_started_event_id=state.decider.previous_started_id,
+            continue_as_new_suggested=started_id >= SUGGEST_CONTINUE * limit,
         )
 
     async def _answer(self, req: Any, kind: str, fn: Callable[[Transition, TaskToken], R]) -> R:

@@ -615,6 +615,7 @@ class PollForDecisionTaskResponse(_message.Message):
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     PREVIOUS_STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    CONTINUE_AS_NEW_SUGGESTED_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     """Empty when the long poll expired with no task."""
     next_page_token: _builtins.bytes
@@ -622,6 +623,10 @@ class PollForDecisionTaskResponse(_message.Message):
     started_event_id: _builtins.int
     previous_started_event_id: _builtins.int
     """The DeciderStarted of the last completed decision task (0 if none)."""
+    continue_as_new_suggested: _builtins.bool
+    """The history is near the per-run event limit: past it only a close
+    decision is accepted, so the decider should continue as new now.
+    """
     @_builtins.property
     def workflow_execution(self) -> _common_pb2.WorkflowExecution: ...
     @_builtins.property
@@ -640,10 +645,11 @@ class PollForDecisionTaskResponse(_message.Message):
         next_page_token: _builtins.bytes = ...,
         started_event_id: _builtins.int = ...,
         previous_started_event_id: _builtins.int = ...,
+        continue_as_new_suggested: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["events", b"events", "next_page_token", b"next_page_token", "previous_started_event_id", b"previous_started_event_id", "started_event_id", b"started_event_id", "task_token", b"task_token", "workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue_as_new_suggested", b"continue_as_new_suggested", "events", b"events", "next_page_token", b"next_page_token", "previous_started_event_id", b"previous_started_event_id", "started_event_id", b"started_event_id", "task_token", b"task_token", "workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
