@@ -1,0 +1,82 @@
+"""Values the store hands out, and the time conventions of its columns."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from orchestrator.engine.state import RunKey
+
+NOTIFY_CHANNEL = "weft_tasks"
+
+
+def utcnow() -> datetime:
+    return datetime.now(UTC)
+
+
+def naive(epoch: float) -> datetime:
+    """Times are stored as naive UTC: the same on both dialects."""
+    return datetime.fromtimestamp(epoch, UTC).replace(tzinfo=None)
+
+
+def aware(value: datetime) -> datetime:
+    return value.replace(tzinfo=UTC)
+
+
+@dataclass(frozen=True)
+class TaskListKey:
+    namespace: str
+    kind: str
+    task_list: str
+
+    def channel_payload(self) -> str:
+        return f"{self.kind}|{self.namespace}|{self.task_list}"
+
+    @classmethod
+    def from_payload(cls, payload: str) -> TaskListKey:
+        kind, namespace, task_list = payload.split("|", 2)
+        return cls(namespace, kind, task_list)
+
+
+@dataclass
+class Committed:
+    """What a commit changed that waiting pollers, followers and the timer scanner care about."""
+
+    task_lists: set[TaskListKey] = field(default_factory=set)
+    runs_with_events: set[str] = field(default_factory=set)
+    events: int = 0
+    earliest_deadline: float | None = None
+
+
+@dataclass(frozen=True)
+class RunRow:
+    key: RunKey
+    workflow_type: str
+    task_list: str
+    status: str
+    start_time: datetime
+    close_time: datetime | None
+    history_length: int
+    continued_from_run_id: str
+
+
+@dataclass(frozen=True)
+class DueDeadline:
+    run_id: str
+    kind: str
+    ref_id: int
+    due: datetime
+
+
+def run_row(r: Any) -> RunRow:
+    return RunRow(
+        key=RunKey(r.namespace, r.workflow_id, r.run_id),
+        workflow_type=r.workflow_type,
+        task_list=r.task_list,
+        status=r.status,
+        start_time=aware(r.start_time),
+        close_time=aware(r.close_time) if r.close_time else None,
+        history_length=r.history_length,
+        continued_from_run_id=r.continued_from_run_id,
+    )
