@@ -12,6 +12,8 @@ import structlog
 
 from orchestrator.engine.errors import EngineError
 
+from . import validate
+
 log = structlog.get_logger("weft.api")
 R = TypeVar("R")
 
@@ -24,6 +26,7 @@ def grpc_errors(
         started = time.perf_counter()
         code = "OK"
         try:
+            validate.request(request, self._settings.limits)
             return await method(self, request, context)
         except EngineError as exc:
             code = exc.code_name

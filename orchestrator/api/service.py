@@ -5,14 +5,15 @@ worker half (polls and answers) is in `tasks.py`."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Awaitable, Callable
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
 from orchestrator.engine import activity as activities
 from orchestrator.engine import external
-from orchestrator.engine.errors import InvalidArgument
+from orchestrator.engine.errors import FailedPrecondition, InvalidArgument
 from orchestrator.engine.start import StartCommand, start_workflow
 from orchestrator.engine.transition import Transition, duration
 from orchestrator.store.store import RunRow
@@ -28,6 +29,7 @@ from .tasks import TaskService
 __all__ = ["ServiceSettings", "WorkflowService"]
 
 log = structlog.get_logger("weft.api")
+R = TypeVar("R")
 
 
 class WorkflowService(TaskService, sg.WorkflowServiceServicer):
@@ -37,7 +39,6 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         validate.name("workflow_id", req.workflow_id, self._settings.limits.id_length)
         wtype = req.workflow_type
         validate.name("workflow_type.name", wtype.name)
-        validate.payload_sizes(req, self._settings.limits)
         registered = (
             await self._store.registered_types("workflow", ns, [(wtype.name, wtype.version)])
         ).get((wtype.name, wtype.version), {})
@@ -87,7 +88,6 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         ns = validate.namespace(start.namespace)
         cmd = await self._start_command(start, ns)
         validate.name("signal_name", req.signal_name)
-        validate.payload_sizes(req, self._settings.limits)
         payload = optional_payload(req, "signal_input")
         limits = self._settings.limits
 
@@ -107,21 +107,42 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         validate.name("execution.workflow_id", execution.workflow_id)
         return await self._store.find_run(ns, execution.workflow_id, execution.run_id)
 
+    async def _on_current_run(
+        self, ns: str, execution: c.WorkflowExecution, apply: Callable[[str], Awaitable[R]]
+    ) -> R:
+        """Apply to the named run or, without a run id, to the workflow's current run.
+
+        The current run may continue as new between our lookup and our write; the
+        workflow is still running then, so look again instead of saying "closed".
+        """
+        row = await self._run(ns, execution)
+        try:
+            return await apply(row.key.run_id)
+        except FailedPrecondition:
+            if execution.run_id:
+                raise
+            latest = await self._run(ns, execution)
+            if latest.key.run_id == row.key.run_id or latest.status != "open":
+                raise
+            return await apply(latest.key.run_id)
+
     @grpc_errors
     async def SignalWorkflow(
         self, req: s.SignalWorkflowRequest, ctx: Ctx
     ) -> s.SignalWorkflowResponse:
         ns = validate.namespace(req.namespace)
         validate.name("signal_name", req.signal_name)
-        validate.payload_sizes(req, self._settings.limits)
-        row = await self._run(ns, req.execution)
         payload = optional_payload(req, "input")
         limits = self._settings.limits
-        await self._store.transact_once(
-            row.key.run_id,
-            "signal",
-            req.request_id,
-            lambda t: external.signal(t, req.signal_name, payload, req.identity, limits),
+        await self._on_current_run(
+            ns,
+            req.execution,
+            lambda run_id: self._store.transact_once(
+                run_id,
+                "signal",
+                req.request_id,
+                lambda t: external.signal(t, req.signal_name, payload, req.identity, limits),
+            ),
         )
         return s.SignalWorkflowResponse()
 
@@ -130,12 +151,15 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         self, req: s.RequestCancelWorkflowRequest, ctx: Ctx
     ) -> s.RequestCancelWorkflowResponse:
         ns = validate.namespace(req.namespace)
-        row = await self._run(ns, req.execution)
-        await self._store.transact_once(
-            row.key.run_id,
-            "cancel",
-            req.request_id,
-            lambda t: external.request_cancel(t, req.reason, req.identity),
+        await self._on_current_run(
+            ns,
+            req.execution,
+            lambda run_id: self._store.transact_once(
+                run_id,
+                "cancel",
+                req.request_id,
+                lambda t: external.request_cancel(t, req.reason, req.identity),
+            ),
         )
         return s.RequestCancelWorkflowResponse()
 
@@ -144,13 +168,15 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         self, req: s.TerminateWorkflowRequest, ctx: Ctx
     ) -> s.TerminateWorkflowResponse:
         ns = validate.namespace(req.namespace)
-        validate.payload_sizes(req, self._settings.limits)
-        row = await self._run(ns, req.execution)
         details = optional_payload(req, "details")
-        await self._store.transact(
-            row.key.run_id, lambda t: external.terminate(t, req.reason, details, req.identity)
+        await self._on_current_run(
+            ns,
+            req.execution,
+            lambda run_id: self._store.transact(
+                run_id, lambda t: external.terminate(t, req.reason, details, req.identity)
+            ),
         )
-        log.info("workflow.terminated", namespace=ns, workflow_id=row.key.workflow_id)
+        log.info("workflow.terminated", namespace=ns, workflow_id=req.execution.workflow_id)
         return s.TerminateWorkflowResponse()
 
     # -- history and visibility ---------------------------------------------------

@@ -113,7 +113,6 @@ class TaskService(ServiceBase):
         that task is over, the engine says NOT_FOUND and nothing is appended.
         """
         token = self._tokens.decode(req.task_token, kind)
-        validate.payload_sizes(req, self._settings.limits)
         result: R = await self._store.transact(token.key.run_id, lambda t: fn(t, token))
         return result
 

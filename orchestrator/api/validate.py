@@ -47,20 +47,58 @@ def optional_seconds(msg: Message, field: str) -> float | None:
     return seconds(field, getattr(msg, field), positive=True)
 
 
-def payload_sizes(msg: Message, limits: Limits, path: str = "") -> None:
-    """Every Payload anywhere in the request must fit the payload limit."""
+# Strings that land in a column of NAME_LENGTH, and free text with a generous cap.
+_NAME_FIELDS = frozenset(
+    {"namespace", "identity", "request_id", "name", "version", "task_list", "default_task_list"}
+)
+_TEXT_FIELDS = frozenset({"reason", "cause", "description"})
+TEXT_LENGTH = 32 * 1024
+MAX_DURATION = timedelta(days=100 * 365)
+_MAX_TIMESTAMP = 253402300799  # 9999-12-31T23:59:59Z
+
+
+def request(msg: Message, limits: Limits, path: str = "") -> None:
+    """Checks every request gets before any handler runs: payload sizes, string
+    lengths and characters, duration and timestamp ranges, anywhere in the
+    message. What passes here fits the database."""
     for fd, value in msg.ListFields():
+        where = f"{path}{fd.name}"
+        if fd.type == fd.TYPE_STRING:
+            for i, text in enumerate(value if fd.is_repeated else [value]):
+                _string(f"{where}[{i}]" if fd.is_repeated else where, fd.name, text, limits)
+            continue
         if fd.message_type is None:
             continue
-        where = f"{path}{fd.name}"
         items = value if fd.is_repeated else [value]
         for i, item in enumerate(items):
             here = f"{where}[{i}]" if fd.is_repeated else where
-            if fd.message_type.full_name == "weft.v1.Payload":
+            kind = fd.message_type.full_name
+            if kind == "weft.v1.Payload":
                 size = len(item.data)
                 if size > limits.payload_bytes:
                     raise InvalidArgument(
                         f"{here} is {size} bytes: the payload limit is {limits.payload_bytes} bytes"
                     )
+            elif kind == "google.protobuf.Duration":
+                if item.ToTimedelta() > MAX_DURATION:
+                    raise InvalidArgument(f"{here} is longer than 100 years")
+            elif kind == "google.protobuf.Timestamp":
+                if not 0 <= item.seconds <= _MAX_TIMESTAMP:
+                    raise InvalidArgument(f"{here} is not between 1970 and 9999")
             elif not fd.message_type.GetOptions().map_entry:
-                payload_sizes(item, limits, here + ".")
+                request(item, limits, here + ".")
+
+
+def _string(where: str, field: str, text: str, limits: Limits) -> None:
+    if "\x00" in text:
+        raise InvalidArgument(f"{where} contains a NUL character")
+    if field in _NAME_FIELDS:
+        if len(text) > NAME_LENGTH:
+            raise InvalidArgument(f"{where} is longer than {NAME_LENGTH} characters")
+        if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
+            raise InvalidArgument(f"{where} contains control characters")
+    elif field in _TEXT_FIELDS:
+        if len(text) > TEXT_LENGTH:
+            raise InvalidArgument(f"{where} is longer than {TEXT_LENGTH} characters")
+    elif len(text) > limits.id_length:
+        raise InvalidArgument(f"{where} is longer than {limits.id_length} characters")

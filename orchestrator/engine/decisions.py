@@ -13,13 +13,22 @@ from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
 from .errors import InvalidArgument, NotFound, ResourceExhausted
-from .events import TRIGGERS
 from .limits import Defaults, Limits
 from .start import StartCommand, start_workflow
 from .state import RunKey, RunState
 from .tokens import TaskToken, check_open
 from .transition import Transition, duration
 
+# Events by which the service refuses a decision.
+_FAILED = frozenset(
+    {
+        "ActivityScheduleFailed",
+        "ActivityCancelFailed",
+        "TimerScheduleFailed",
+        "TimerCancelFailed",
+        "MarkerFailed",
+    }
+)
 CLOSE_DECISIONS: Mapping[str, str] = {
     "complete_workflow": "CompleteWorkflow",
     "fail_workflow": "FailWorkflow",
@@ -104,11 +113,14 @@ def validate_decisions(decisions: Sequence[d.Decision], limits: Limits) -> None:
                         f"{where}: {id_field} is longer than {limits.id_length} characters"
                     )
         for fd, value in attrs.ListFields():
-            if (
-                fd.message_type is not None
-                and fd.message_type.full_name == "google.protobuf.Duration"
-            ) and value.ToNanoseconds() < 0:
-                raise InvalidArgument(f"{where}: {fd.name} must not be negative")
+            if fd.message_type is None or fd.message_type.full_name != "google.protobuf.Duration":
+                continue
+            # A timer may fire at once; a zero timeout would expire the moment it starts.
+            if fd.name == "start_to_fire_timeout":
+                if value.ToNanoseconds() < 0:
+                    raise InvalidArgument(f"{where}: {fd.name} must not be negative")
+            elif value.ToNanoseconds() <= 0:
+                raise InvalidArgument(f"{where}: {fd.name} must be positive")
         if kind == "schedule_activity" and not dec.schedule_activity.activity_type.name:
             raise InvalidArgument(f"{where}: activity_type.name is required")
         if kind == "start_timer" and not dec.start_timer.HasField("start_to_fire_timeout"):
@@ -155,8 +167,9 @@ def complete_decision_task(
         assert kind is not None
         if kind in CLOSE_DECISIONS:
             # So is a decision of this batch that failed: the decider has not
-            # seen its ...Failed event, and closing would hide it for good.
-            if unseen or any(e.type in TRIGGERS for e in t.events[first:]):
+            # seen its ...Failed event, and closing would hide it for good. (What
+            # the batch itself caused, like ActivityCanceled, the decider asked for.)
+            if unseen or any(e.type in _FAILED for e in t.events[first:]):
                 t.emit(
                     h.WorkflowCloseFailedAttributes(
                         decision_type=CLOSE_DECISIONS[kind],

@@ -73,6 +73,11 @@ def upsert(is_pg: bool, table: Any, values: dict[str, Any], keys: list[str]) -> 
     return ins.values(**values).on_conflict_do_update(index_elements=keys, set_=update)
 
 
+def is_conflict(exc: BaseException) -> bool:
+    """Serialization failure or deadlock: another transaction won."""
+    return getattr(getattr(exc, "orig", None), "sqlstate", None) in ("40001", "40P01")
+
+
 def is_retryable(exc: BaseException) -> bool:
     if isinstance(exc, DBAPIError) and exc.connection_invalidated:
         return True

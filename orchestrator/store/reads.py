@@ -12,10 +12,10 @@ from typing import Any, TypeVar
 
 import structlog
 from sqlalchemy import func, insert, select
-from sqlalchemy.exc import DBAPIError, IntegrityError
+from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
-from orchestrator.engine.errors import NotFound, Unavailable
+from orchestrator.engine.errors import Aborted, InvalidArgument, NotFound, Unavailable
 from orchestrator.engine.state import RunState
 from sdk.api.weft.v1 import history_pb2 as h
 
@@ -37,6 +37,18 @@ log = structlog.get_logger("weft.store")
 _RETRIES = 8
 
 
+def _translate(exc: DBAPIError) -> Exception:
+    """The domain error for a database error we will not retry (any more)."""
+    if isinstance(exc, DataError):
+        # Input the validators let through but a column cannot hold.
+        return InvalidArgument(
+            f"a value does not fit the database: {str(exc.orig).splitlines()[0]}"
+        )
+    if dialect.is_conflict(exc) or isinstance(exc, IntegrityError):
+        return Aborted(f"lost a concurrent update, try again: {exc.orig}")
+    return Unavailable(f"database unavailable: {exc.orig or exc}")
+
+
 class StoreBase:
     def __init__(self, engine: AsyncEngine, on_commit: Callable[[Committed], None]) -> None:
         self._engine = engine
@@ -51,28 +63,51 @@ class StoreBase:
 
     @asynccontextmanager
     async def _write(self) -> AsyncIterator[AsyncConnection]:
-        async with self._writer.begin() as conn:
-            yield conn
-
-    @asynccontextmanager
-    async def _read(self) -> AsyncIterator[AsyncConnection]:
-        try:
-            async with self._engine.connect() as conn:
+        """A write transaction. A failure of the COMMIT itself is not retried: the
+        commit may have landed, and running the command again could apply it twice."""
+        async with self._writer.connect() as conn:
+            await conn.begin()
+            try:
                 yield conn
-        except DBAPIError as exc:
-            raise Unavailable(f"database unavailable: {exc.orig or exc}") from exc
+            except BaseException:
+                await conn.rollback()
+                raise
+            try:
+                await conn.commit()
+            except DBAPIError as exc:
+                raise Unavailable(
+                    f"database connection lost while committing; the outcome is unknown: {exc.orig}"
+                ) from exc
 
-    async def _retrying(self, attempt: Callable[[], Any]) -> Any:
-        """Run a whole transaction again when the database says it may succeed now."""
+    async def _rows(self, query: Any) -> list[Any]:
+        """Run a read; reads are safe to repeat, so a lost connection is retried."""
+
+        async def attempt() -> list[Any]:
+            async with self._engine.connect() as conn:
+                return list((await conn.execute(query)).all())
+
+        rows: list[Any] = await self._retrying(attempt)
+        return rows
+
+    async def _first(self, query: Any) -> Any:
+        rows = await self._rows(query.limit(1))
+        return rows[0] if rows else None
+
+    async def _retrying(self, attempt: Callable[[], Any], *, unique_ok: bool = False) -> Any:
+        """Run a whole transaction again when the database says it may succeed now.
+
+        A unique violation is ABORTED (a concurrent writer won), unless the
+        caller handles it itself (`unique_ok`).
+        """
         delay = 0.02
         for n in range(_RETRIES):
             try:
                 return await attempt()
             except DBAPIError as exc:
+                if isinstance(exc, IntegrityError) and unique_ok:
+                    raise
                 if not dialect.is_retryable(exc) or n == _RETRIES - 1:
-                    if isinstance(exc, IntegrityError):
-                        raise
-                    raise Unavailable(f"database unavailable: {exc.orig or exc}") from exc
+                    raise _translate(exc) from exc
                 log.warning("db.retry", error=str(exc.orig or exc)[:200], attempt=n + 1)
                 await asyncio.sleep(delay)
                 delay = min(delay * 2, 1.0)
@@ -88,19 +123,17 @@ class StoreBase:
         else:
             # Open first, then the most recent start.
             query = query.order_by((runs.c.status == "open").desc(), runs.c.start_time.desc())
-        async with self._read() as conn:
-            row = (await conn.execute(query.limit(1))).first()
+        row = await self._first(query)
         if row is None:
             what = f"run {run_id} of workflow" if run_id else "workflow"
             raise NotFound(f"{what} {workflow_id!r} not found in namespace {namespace!r}")
         return run_row(row)
 
     async def load_state(self, run_id: str) -> RunState:
-        async with self._read() as conn:
-            raw = await conn.scalar(select(runs.c.state).where(runs.c.run_id == run_id))
-        if raw is None:
+        row = await self._first(select(runs.c.state).where(runs.c.run_id == run_id))
+        if row is None:
             raise NotFound(f"run {run_id} not found")
-        return RunState.from_json(raw)
+        return RunState.from_json(row.state)
 
     async def read_history(
         self, run_id: str, first_id: int, last_id: int | None, limit: int
@@ -110,9 +143,8 @@ class StoreBase:
         )
         if last_id is not None:
             query = query.where(history_events.c.event_id <= last_id)
-        async with self._read() as conn:
-            rows = await conn.execute(query.order_by(history_events.c.event_id).limit(limit))
-            return [h.HistoryEvent.FromString(r.data) for r in rows]
+        rows = await self._rows(query.order_by(history_events.c.event_id).limit(limit))
+        return [h.HistoryEvent.FromString(r.data) for r in rows]
 
     async def list_runs(
         self,
@@ -146,34 +178,30 @@ class StoreBase:
                 (runs.c.start_time < at) | ((runs.c.start_time == at) & (runs.c.run_id < rid))
             )
         q = q.order_by(runs.c.start_time.desc(), runs.c.run_id.desc()).limit(limit)
-        async with self._read() as conn:
-            return [run_row(r) for r in await conn.execute(q)]
+        return [run_row(r) for r in await self._rows(q)]
 
     async def due_deadlines(self, now: datetime, limit: int) -> list[DueDeadline]:
-        async with self._read() as conn:
-            rows = await conn.execute(
-                select(deadlines)
-                .where(deadlines.c.due <= now.replace(tzinfo=None))
-                .order_by(deadlines.c.due)
-                .limit(limit)
-            )
-            return [DueDeadline(r.run_id, r.kind, r.ref_id, aware(r.due)) for r in rows]
+        rows = await self._rows(
+            select(deadlines)
+            .where(deadlines.c.due <= now.replace(tzinfo=None))
+            .order_by(deadlines.c.due)
+            .limit(limit)
+        )
+        return [DueDeadline(r.run_id, r.kind, r.ref_id, aware(r.due)) for r in rows]
 
     async def next_deadline(self) -> datetime | None:
-        async with self._read() as conn:
-            due = await conn.scalar(select(func.min(deadlines.c.due)))
-        return aware(due) if due is not None else None
+        row = await self._first(select(func.min(deadlines.c.due).label("due")))
+        return aware(row.due) if row is not None and row.due is not None else None
 
     async def backlog(self, namespace: str, kind: str, task_list: str) -> int:
-        async with self._read() as conn:
-            n = await conn.scalar(
-                select(func.count()).where(
-                    tasks.c.namespace == namespace,
-                    tasks.c.kind == kind,
-                    tasks.c.task_list == task_list,
-                )
+        row = await self._first(
+            select(func.count().label("n")).where(
+                tasks.c.namespace == namespace,
+                tasks.c.kind == kind,
+                tasks.c.task_list == task_list,
             )
-        return int(n or 0)
+        )
+        return int(row.n) if row is not None else 0
 
     # -- pollers and registrations -------------------------------------------------
 
@@ -198,18 +226,17 @@ class StoreBase:
         self, key: TaskListKey, since: timedelta
     ) -> list[tuple[str, datetime]]:
         cutoff = naive((utcnow() - since).timestamp())
-        async with self._read() as conn:
-            rows = await conn.execute(
-                select(pollers.c.identity, pollers.c.last_seen)
-                .where(
-                    pollers.c.namespace == key.namespace,
-                    pollers.c.kind == key.kind,
-                    pollers.c.task_list == key.task_list,
-                    pollers.c.last_seen >= cutoff,
-                )
-                .order_by(pollers.c.last_seen.desc())
+        rows = await self._rows(
+            select(pollers.c.identity, pollers.c.last_seen)
+            .where(
+                pollers.c.namespace == key.namespace,
+                pollers.c.kind == key.kind,
+                pollers.c.task_list == key.task_list,
+                pollers.c.last_seen >= cutoff,
             )
-            return [(r.identity, aware(r.last_seen)) for r in rows]
+            .order_by(pollers.c.last_seen.desc())
+        )
+        return [(r.identity, aware(r.last_seen)) for r in rows]
 
     async def register_type(
         self, kind: str, namespace: str, name: str, version: str, values: dict[str, Any]
@@ -232,15 +259,14 @@ class StoreBase:
         if not wanted:
             return {}
         table = workflow_types if kind == "workflow" else activity_types
-        async with self._read() as conn:
-            rows = await conn.execute(
-                select(table).where(
-                    table.c.namespace == namespace, table.c.name.in_({n for n, _ in wanted})
-                )
+        rows = await self._rows(
+            select(table).where(
+                table.c.namespace == namespace, table.c.name.in_({n for n, _ in wanted})
             )
-            return {
-                (r.name, r.version): dict(r._mapping) for r in rows if (r.name, r.version) in wanted
-            }
+        )
+        return {
+            (r.name, r.version): dict(r._mapping) for r in rows if (r.name, r.version) in wanted
+        }
 
     async def token_secret(self) -> bytes:
         """The task-token signing key: made once, shared by all nodes, kept across restarts."""
@@ -257,7 +283,7 @@ class StoreBase:
 
         for n in range(2):
             try:
-                return bytes.fromhex(await self._retrying(attempt))
+                return bytes.fromhex(await self._retrying(attempt, unique_ok=True))
             except IntegrityError:
                 if n == 1:
                     raise

@@ -36,6 +36,14 @@ from .schema import (
 __all__ = ["NOTIFY_CHANNEL", "Committed", "DueDeadline", "RunRow", "Store", "TaskListKey"]
 
 T = TypeVar("T")
+_CLAIM_ROUNDS = 20  # another poller took the task we chose: choose again
+
+
+class _Taken:
+    """Another poller claimed the chosen task first."""
+
+
+_TAKEN = _Taken()
 
 
 class Store(StoreBase):
@@ -111,23 +119,25 @@ class Store(StoreBase):
                     state = RunState.blank(RunKey(namespace, workflow_id, new_run_id))
                     result = await self._apply(conn, state, fn, committed, is_new=True)
                     started, run_id = True, new_run_id
-                    if request_id:
-                        await conn.execute(
-                            insert(request_ids).values(
-                                namespace=namespace,
-                                workflow_id=workflow_id,
-                                kind="start",
-                                request_id=request_id,
-                                run_id=run_id,
-                                created_at=naive(utcnow().timestamp()),
-                            )
+                if request_id:
+                    # Also when applied to the open run (signal-with-start): a
+                    # retry must not signal twice.
+                    await conn.execute(
+                        insert(request_ids).values(
+                            namespace=namespace,
+                            workflow_id=workflow_id,
+                            kind="start",
+                            request_id=request_id,
+                            run_id=run_id,
+                            created_at=naive(utcnow().timestamp()),
                         )
+                    )
             self._on_commit(committed)
             return run_id, result, started
 
         for n in range(2):
             try:
-                out: tuple[str, T | None, bool] = await self._retrying(attempt)
+                out: tuple[str, T | None, bool] = await self._retrying(attempt, unique_ok=True)
                 return out
             except IntegrityError as exc:
                 # Another node opened a run of this workflow id between our read
@@ -179,42 +189,52 @@ class Store(StoreBase):
     ) -> T | None:
         """Hand the oldest task of a task list to one poller, appending its *Started event.
 
-        None if there is no task. On PostgreSQL `SKIP LOCKED` lets concurrent
-        pollers take different tasks instead of queueing on the first.
+        None if there is no task. Locks are taken run first, like every other
+        write, so a claim never deadlocks with a command on the same run. On
+        PostgreSQL the first choice is a task whose run nobody holds (`SKIP
+        LOCKED`), so concurrent pollers spread over runs; only if every run
+        with a task is busy does a poller wait its turn on the oldest one.
         """
         where = and_(
             tasks.c.namespace == namespace, tasks.c.kind == kind, tasks.c.task_list == task_list
         )
-        async with self._read() as conn:
-            if await conn.scalar(select(tasks.c.id).where(where).limit(1)) is None:
-                return None
+        oldest = (
+            select(tasks.c.id, tasks.c.run_id, tasks.c.scheduled_id)
+            .where(where)
+            .order_by(tasks.c.id)
+            .limit(1)
+        )
+        if not await self._rows(oldest):
+            return None
 
-        async def attempt() -> T | None:
+        async def attempt() -> T | _Taken | None:
             committed = Committed()
             async with self._write() as conn:
-                row = (
-                    await conn.execute(
-                        dialect.for_update(
-                            select(tasks.c.id, tasks.c.run_id, tasks.c.scheduled_id)
-                            .where(where)
-                            .order_by(tasks.c.id)
-                            .limit(1),
-                            self.is_pg,
-                            skip_locked=True,
-                        )
-                    )
-                ).first()
+                row = None
+                if self.is_pg:
+                    free_run = oldest.join_from(tasks, runs, runs.c.run_id == tasks.c.run_id)
+                    row = (
+                        await conn.execute(free_run.with_for_update(of=runs, skip_locked=True))
+                    ).first()
                 if row is None:
-                    return None
+                    row = (await conn.execute(oldest)).first()
+                    if row is None:
+                        return None
                 state = await self._lock_run(conn, row.run_id)
+                # Task rows change only under their run's lock: now we know.
+                if await conn.scalar(select(tasks.c.id).where(tasks.c.id == row.id)) is None:
+                    return _TAKEN
                 result = await self._apply(
                     conn, state, lambda t: fn(t, row.scheduled_id), committed, is_new=False
                 )
             self._on_commit(committed)
             return result
 
-        out: T | None = await self._retrying(attempt)
-        return out
+        for _ in range(_CLAIM_ROUNDS):
+            out: T | _Taken | None = await self._retrying(attempt)
+            if not isinstance(out, _Taken):
+                return out
+        return None
 
     async def _lock_run(self, conn: AsyncConnection, run_id: str) -> RunState:
         raw = await conn.scalar(

@@ -76,7 +76,7 @@ class DeadlineScanner:
             appended: bool = await self._store.transact(
                 row.run_id, lambda t: fire_deadline(t, row.kind, row.ref_id)
             )
-        except EngineError as exc:
+        except (EngineError, Exception) as exc:
             log.warning("timers.fire_failed", run_id=row.run_id, kind=row.kind, error=str(exc))
             return False
         if appended:

@@ -316,6 +316,18 @@ INVALID = [
             )
         ],
     ),
+    # A zero timeout would expire the moment it starts (a zero timer fires at once: valid).
+    ("zero-schedule-to-start", [schedule_activity("a", schedule_to_start=0)]),
+    ("zero-heartbeat", [schedule_activity("a", heartbeat=0)]),
+    (
+        "zero-continue-as-new-decider-timeout",
+        [
+            _with(
+                continue_as_new(),
+                lambda x: x.continue_as_new.decider_timeout.CopyFrom(duration(0)),
+            )
+        ],
+    ),
     ("id-too-long", [schedule_activity("x" * 1001)]),
     ("invalid-after-valid", [schedule_activity("ok"), start_timer("t", -1)]),
 ]
@@ -346,7 +358,6 @@ VALID = [
     ("none", []),
     ("close-last", [marker("m"), schedule_activity("a"), complete_workflow()]),
     ("zero-timer", [start_timer("t", 0)]),
-    ("zero-timeouts", [schedule_activity("a", schedule_to_start=0, heartbeat=0)]),
     ("id-at-limit", [schedule_activity("x" * 1000)]),
     ("each-kind", [cancel_activity("a"), cancel_timer("t"), continue_as_new()]),
 ]
@@ -656,3 +667,18 @@ def test_a_close_after_a_failed_decision_of_the_same_batch_is_refused(
     assert run.last.events[2].workflow_close_failed.cause == "UNHANDLED_EVENTS"  # type: ignore[union-attr]
     assert run.state.is_open
     assert run.decision_tasks()  # the decider gets to see the failure
+
+
+def test_cancelling_pending_work_then_closing_in_one_batch_closes() -> None:
+    """What the batch itself causes (ActivityCanceled) is not an unseen event."""
+    run = started()
+    run.step(schedule_activity("a"))
+    token = decider_turn(run)
+    run.decide(token, cancel_activity("a"), complete_workflow())
+    assert run.last_types == [
+        "DeciderCompleted",
+        "ActivityCancelRequested",
+        "ActivityCanceled",
+        "WorkflowSuccess",
+    ]
+    assert not run.state.is_open
