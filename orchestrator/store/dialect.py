@@ -85,7 +85,6 @@ def is_retryable(exc: BaseException) -> bool:
     sqlstate = getattr(orig, "sqlstate", None)
     if sqlstate in _PG_RETRY:
         return True
+    # Not SQLite's "database is locked": busy_timeout has already waited 30 s for it.
     text = str(orig or exc).lower()
-    return isinstance(exc, OperationalError) and (
-        "database is locked" in text or "connection" in text or "server closed" in text
-    )
+    return isinstance(exc, OperationalError) and ("connection" in text or "server closed" in text)
