@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Callable
-from typing import TypeVar
+from typing import TypeVar, overload
 
 from sqlalchemy import and_, delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
@@ -66,6 +66,27 @@ class Store(StoreBase):
 
         result: T = await self._retrying(attempt)
         return result
+
+    async def transact_unless_busy(self, run_id: str, fn: Callable[[Transition], T]) -> T | None:
+        """`transact`, or None at once if another transaction holds the run (PostgreSQL).
+
+        For the deadline scanners: a node skips a run that another node (or a
+        command) is working on instead of queueing behind it, so N nodes spread
+        the due rows between them; a row still due is seen again on the next pass.
+        """
+
+        async def attempt() -> T | None:
+            committed = Committed()
+            async with self._write() as conn:
+                state = await self._lock_run(conn, run_id, skip_locked=True)
+                if state is None:
+                    return None
+                result = await self._apply(conn, state, fn, committed, is_new=False)
+            self._on_commit(committed)
+            return result
+
+        out: T | None = await self._retrying(attempt)
+        return out
 
     async def create(
         self,
@@ -236,10 +257,27 @@ class Store(StoreBase):
                 return out
         return None
 
-    async def _lock_run(self, conn: AsyncConnection, run_id: str) -> RunState:
-        raw = await conn.scalar(
-            dialect.for_update(select(runs.c.state).where(runs.c.run_id == run_id), self.is_pg)
-        )
+    @overload
+    async def _lock_run(self, conn: AsyncConnection, run_id: str) -> RunState: ...
+
+    @overload
+    async def _lock_run(
+        self, conn: AsyncConnection, run_id: str, *, skip_locked: bool
+    ) -> RunState | None: ...
+
+    async def _lock_run(
+        self, conn: AsyncConnection, run_id: str, *, skip_locked: bool = False
+    ) -> RunState | None:
+        query = select(runs.c.state).where(runs.c.run_id == run_id)
+        if self.is_pg and skip_locked:
+            # Tell "busy" apart from "gone": only a missing row is NOT_FOUND.
+            raw = await conn.scalar(query.with_for_update(skip_locked=True))
+            if raw is None and await conn.scalar(
+                select(runs.c.run_id).where(runs.c.run_id == run_id)
+            ):
+                return None
+        else:
+            raw = await conn.scalar(dialect.for_update(query, self.is_pg))
         if raw is None:
             raise NotFound(f"run {run_id} not found")
         return RunState.from_json(raw)

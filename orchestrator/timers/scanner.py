@@ -1,8 +1,10 @@
 """The deadline scanner: every timeout and user timer is a row with a due time;
 this loop feeds due rows through the engine like any other command.
 
-Rows are read without locks: the engine re-checks each one under the run's row
-lock, so a row two nodes both see fires once and a stale one is a no-op.
+Rows are read without locks; each is fired under its run's row lock, taken with
+SKIP LOCKED so that nodes spread the due rows instead of queueing on the same
+run. The engine re-checks the row under that lock, so a row two nodes both see
+fires once and a stale one is a no-op.
 Overdue rows of a node that was down fire on the first pass after start.
 """
 
@@ -73,12 +75,14 @@ class DeadlineScanner:
 
     async def _fire(self, row: DueDeadline) -> bool:
         try:
-            appended: bool = await self._store.transact(
+            appended = await self._store.transact_unless_busy(
                 row.run_id, lambda t: fire_deadline(t, row.kind, row.ref_id)
             )
         except (EngineError, Exception) as exc:
             log.warning("timers.fire_failed", run_id=row.run_id, kind=row.kind, error=str(exc))
             return False
+        if appended is None:
+            return False  # busy: another node or a command has the run; seen again next pass
         if appended:
             self._metrics.deadlines_fired.labels(row.kind).inc()
             log.info("timers.fired", run_id=row.run_id, kind=row.kind, ref_id=row.ref_id)
