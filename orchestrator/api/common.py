@@ -14,8 +14,9 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from orchestrator.dispatch.wakeups import Wakeups, wait
 from orchestrator.engine.limits import Defaults, Limits
 from orchestrator.metrics import Metrics
-from orchestrator.store.store import RunRow, Store
+from orchestrator.store.store import RunRow, Store, TaskListKey
 from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import history_pb2 as h
 from sdk.api.weft.v1 import service_pb2 as s
 
 from . import paging
@@ -85,25 +86,37 @@ class ServiceBase:
         self._wakeups = wakeups
         self._settings = settings
         self.draining = False
+        # (task list, identity) -> when this node last recorded that poller.
+        self._poller_seen: dict[tuple[TaskListKey, str], float] = {}
 
     async def _history_page(
-        self, row: RunRow, first_id: int, last_id: int, size: int, wait_new: bool
+        self, run_id: str, first_id: int, last_id: int, size: int, wait_new: bool
     ) -> s.GetWorkflowHistoryResponse:
-        run_id = row.key.run_id
+        """A page of events from `first_id`; up to `last_id` if set (a decision task's
+        window, which exists in full already), else up to the run's end, waiting for
+        the next event if asked to."""
+        if last_id:
+            events = await self._store.read_history(run_id, first_id, last_id, size)
+            more = bool(events) and events[-1].event_id < last_id
+        else:
+            events, more = await self._tail(run_id, first_id, size, wait_new)
+        nxt = events[-1].event_id + 1 if events else first_id
+        token = paging.encode(run_id, nxt, last_id) if more else b""
+        return s.GetWorkflowHistoryResponse(events=events, next_page_token=token, run_id=run_id)
+
+    async def _tail(
+        self, run_id: str, first_id: int, size: int, wait_new: bool
+    ) -> tuple[list[h.HistoryEvent], bool]:
         deadline = asyncio.get_running_loop().time() + self._settings.long_poll
         while True:
             woken = self._wakeups.current(("run", run_id))
             # Status first: if the run was closed before we read, the read sees its last event.
             state = await self._store.load_state(run_id)
-            events = await self._store.read_history(run_id, first_id, last_id or None, size)
+            events = await self._store.read_history(run_id, first_id, None, size)
             remaining = deadline - asyncio.get_running_loop().time()
-            if events or not wait_new or not state.is_open or last_id or self.draining:
-                break
-            if remaining <= 0:
+            if events or not wait_new or not state.is_open or self.draining or remaining <= 0:
                 break
             await wait(woken, min(remaining, RECHECK))
         nxt = events[-1].event_id + 1 if events else first_id
-        # The state was read before the events: a closed run's length is final.
-        more = (nxt <= last_id) if last_id else (state.is_open or nxt < state.next_event_id)
-        token = paging.encode(run_id, nxt, last_id) if more else b""
-        return s.GetWorkflowHistoryResponse(events=events, next_page_token=token, run_id=run_id)
+        # A closed run's length is final, so "more" is exact once it is closed.
+        return events, state.is_open or nxt < state.next_event_id

@@ -193,7 +193,7 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
             row = await self._store.find_run(ns, req.execution.workflow_id, run_id)
         else:
             row = await self._run(ns, req.execution)
-        return await self._history_page(row, first_id, last_id, size, req.wait_new_event)
+        return await self._history_page(row.key.run_id, first_id, last_id, size, req.wait_new_event)
 
     @grpc_errors
     async def DescribeWorkflow(

@@ -22,12 +22,13 @@ from orchestrator.engine.decisions import (
 )
 from orchestrator.engine.derived import ACTIVITY, DECISION
 from orchestrator.engine.errors import InvalidArgument
-from orchestrator.engine.state import RunKey, RunState
+from orchestrator.engine.state import ActivityState, RunKey, RunState
 from orchestrator.engine.tokens import TaskToken
 from orchestrator.engine.transition import Transition
 from orchestrator.store.store import TaskListKey
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
+from sdk.api.weft.v1.history_pb2 import HistoryEvent
 
 from . import validate
 from .common import HISTORY_PAGE, RECHECK, Ctx, ServiceBase, optional_payload, timestamp
@@ -35,16 +36,29 @@ from .errors import grpc_errors
 
 log = structlog.get_logger("weft.api")
 R = TypeVar("R")
+POLLER_REFRESH = 10.0  # seconds; DescribeTaskList reports pollers of the last 5 minutes
 SUGGEST_CONTINUE = 0.9  # of the event limit: leaves room to finish the current step
 
 
 class TaskService(ServiceBase):
+    async def _note_poller(self, key: TaskListKey, identity: str, now: float) -> None:
+        """Record a poller for DescribeTaskList, at most every few seconds per poller:
+        a write on every poll would cost more than the poll."""
+        seen = self._poller_seen
+        last = seen.get((key, identity))
+        if last is not None and now - last < POLLER_REFRESH:
+            return
+        if len(seen) > 10_000:
+            seen.clear()
+        seen[(key, identity)] = now
+        await self._store.record_poller(key, identity)
+
     # -- decision tasks ---------------------------------------------------------------
 
     async def _long_poll(self, key: TaskListKey, identity: str, claim: Callable[[], Any]) -> Any:
         """Claim a task, or wait until one is committed, until the long poll expires."""
-        await self._store.record_poller(key, identity)
         loop = asyncio.get_running_loop()
+        await self._note_poller(key, identity, loop.time())
         deadline = loop.time() + self._settings.long_poll
         while not self.draining:
             woken = self._wakeups.current(key)
@@ -78,13 +92,7 @@ class TaskService(ServiceBase):
         state, started_id = got
         limit = self._settings.limits.events_per_run
         token = TaskToken(state.key, DECISION, state.decider.started_scheduled_id, started_id)
-        page = await self._history_page(
-            await self._store.find_run(ns, state.workflow_id, state.run_id),
-            1,
-            started_id,
-            HISTORY_PAGE,
-            False,
-        )
+        page = await self._history_page(state.run_id, 1, started_id, HISTORY_PAGE, False)
         log.info(
             "decision.started",
             namespace=ns,
@@ -171,9 +179,9 @@ class TaskService(ServiceBase):
         validate.name("task_list", req.task_list)
         key = TaskListKey(ns, ACTIVITY, req.task_list)
 
-        def take(t: Transition, scheduled_id: int) -> tuple[RunKey, Any, int]:
+        def take(t: Transition, scheduled_id: int) -> tuple[RunKey, ActivityState, HistoryEvent]:
             act = activities.start_activity_task(t, scheduled_id, req.identity)
-            return t.state.key, act, t.events[0].event_id
+            return t.state.key, act, t.events[0]
 
         got = await self._long_poll(
             key, req.identity, lambda: self._store.claim(ns, ACTIVITY, req.task_list, take)
@@ -181,9 +189,10 @@ class TaskService(ServiceBase):
         if got is None:
             return s.PollForActivityTaskResponse()
         self.metrics.tasks_claimed.labels(ACTIVITY).inc()
-        run, act, started_id = got
+        run, act, started = got
+        started_id = started.event_id
+        # The input is not in the run state; its ActivityScheduled event has it.
         [scheduled] = await self._store.read_history(run.run_id, act.scheduled_id, None, 1)
-        [started] = await self._store.read_history(run.run_id, started_id, None, 1)
         attrs = scheduled.activity_scheduled
         token = TaskToken(run, ACTIVITY, act.scheduled_id, started_id)
         log.info(
