@@ -4,6 +4,7 @@ worker commands join it with the SDK issue."""
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 from datetime import timedelta
@@ -71,6 +72,8 @@ def server(
     db_url: str, listen: str, metrics_listen: str, long_poll: timedelta, log_level: str
 ) -> None:
     """Run an orchestrator node."""
+    # gRPC's C core logs its own copy of errors we already report in one line.
+    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from orchestrator import logging as weft_logging
     from orchestrator.server import Server
 
