@@ -1,1 +1,96 @@
-"""The Weft SDK (its public surface arrives with the SDK issue)."""
+"""The Weft SDK: start and steer workflows, and write the deciders and activities
+that run them.
+
+    from sdk import Client, AsyncClient, Decider, DecisionTask, activity
+    from sdk import ActivityWorker, DeciderWorker
+
+Everything public is re-exported here; the modules behind it may move.
+"""
+
+from sdk.activity import ActivityDefinition, ActivityInfo, activity
+from sdk.activity_worker import ActivityWorker
+from sdk.client import AsyncClient
+from sdk.converter import PayloadConverter
+from sdk.decider import Decider, Decision, DecisionTask
+from sdk.decider_worker import DeciderWorker
+from sdk.errors import (
+    AbortedError,
+    ActivityCancelledError,
+    ActivityFailure,
+    AlreadyExistsError,
+    DeadlineExceededError,
+    FailedPreconditionError,
+    InternalError,
+    InvalidArgumentError,
+    NonDeterminismError,
+    NonRetryableError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    WeftError,
+    WorkflowCanceledError,
+    WorkflowFailedError,
+    WorkflowOutcomeError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
+)
+from sdk.events import Event
+from sdk.history import ActivityState, Failure, Marker, Signal, TimerState
+from sdk.retry import RetryPolicy
+from sdk.sync_client import Client
+from sdk.workflows import (
+    PendingActivity,
+    PendingTimer,
+    WorkflowDescription,
+    WorkflowInfo,
+    WorkflowRun,
+)
+
+__all__ = [
+    "AbortedError",
+    "ActivityCancelledError",
+    "ActivityDefinition",
+    "ActivityFailure",
+    "ActivityInfo",
+    "ActivityState",
+    "ActivityWorker",
+    "AlreadyExistsError",
+    "AsyncClient",
+    "Client",
+    "DeadlineExceededError",
+    "Decider",
+    "DeciderWorker",
+    "Decision",
+    "DecisionTask",
+    "Event",
+    "FailedPreconditionError",
+    "Failure",
+    "InternalError",
+    "InvalidArgumentError",
+    "Marker",
+    "NonDeterminismError",
+    "NonRetryableError",
+    "NotFoundError",
+    "PayloadConverter",
+    "PendingActivity",
+    "PendingTimer",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "RetryPolicy",
+    "Signal",
+    "TimerState",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "WeftError",
+    "WorkflowCanceledError",
+    "WorkflowDescription",
+    "WorkflowFailedError",
+    "WorkflowInfo",
+    "WorkflowOutcomeError",
+    "WorkflowRun",
+    "WorkflowTerminatedError",
+    "WorkflowTimedOutError",
+    "activity",
+]

@@ -1,0 +1,327 @@
+"""`ActivityWorker`: polls activity task lists and runs `@activity` functions.
+
+    ActivityWorker(client, task_lists=["images"], activities=[resize], concurrency=16).run()
+
+A returned value completes the task; a raised exception fails it, with the
+exception's type, message and traceback in the failure details
+(`NonRetryableError` marks it not worth retrying); cancellation learned on a
+heartbeat cancels an async activity and flags a sync one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import traceback
+from collections.abc import Callable, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from datetime import UTC, timedelta
+from typing import Any
+
+import structlog
+
+from sdk.activity import (
+    ActivityContext,
+    ActivityDefinition,
+    ActivityInfo,
+    reset_context,
+    set_context,
+)
+from sdk.api.weft.v1 import service_pb2 as s
+from sdk.client import POLL_TIMEOUT, AsyncClient
+from sdk.errors import (
+    ActivityCancelledError,
+    ActivityFailure,
+    InvalidArgumentError,
+    NotFoundError,
+    WeftError,
+)
+from sdk.sync_client import Client
+from sdk.worker import DEFAULT_GRACE, Worker
+
+log = structlog.get_logger("weft.runner")
+
+# Failure details are a payload too: keep a traceback well inside the limit.
+TRACEBACK_CHARS = 16_000
+PAYLOAD_TOO_LARGE = "PayloadTooLarge"
+
+
+class ActivityWorker(Worker):
+    """Runs `@activity` functions for the tasks on its task lists.
+
+    `task_lists` defaults to those the activities name (`@activity(task_list=…)`).
+    """
+
+    kind = "activity"
+
+    def __init__(
+        self,
+        client: Client | AsyncClient,
+        *,
+        activities: Sequence[ActivityDefinition],
+        task_lists: Sequence[str] = (),
+        concurrency: int = 16,
+        identity: str | None = None,
+        grace: timedelta = DEFAULT_GRACE,
+        pollers: int | None = None,
+    ) -> None:
+        self.activities: dict[str, ActivityDefinition] = {}
+        for defn in activities:
+            if not isinstance(defn, ActivityDefinition):
+                raise TypeError(f"{defn!r} is not an @activity function")
+            if defn.name in self.activities:
+                raise ValueError(f"two activities are named {defn.name!r}")
+            self.activities[defn.name] = defn
+        lists = list(task_lists) or sorted({a.task_list for a in activities if a.task_list})
+        super().__init__(
+            client,
+            task_lists=lists,
+            concurrency=concurrency,
+            identity=identity,
+            grace=grace,
+            pollers=pollers,
+        )
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="weft-activity")
+
+    async def run_async(self) -> None:
+        try:
+            await super().run_async()
+        finally:
+            # Threads still running a sync activity past the grace cannot be
+            # stopped; do not wait for them.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
+    async def _poll(self, task_list: str) -> tuple[str, s.PollForActivityTaskResponse] | None:
+        resp: s.PollForActivityTaskResponse = await self.client.rpc(
+            "PollForActivityTask",
+            s.PollForActivityTaskRequest(
+                namespace=self.client.namespace, task_list=task_list, identity=self.identity
+            ),
+            timeout=POLL_TIMEOUT,
+        )
+        return (task_list, resp) if resp.task_token else None
+
+    async def _handle(self, item: tuple[str, s.PollForActivityTaskResponse]) -> None:
+        task_list, task = item
+        info = _info(task, self.client.namespace, task_list)
+        where = {
+            "workflow_id": info.workflow_id,
+            "activity_id": info.activity_id,
+            "activity": info.activity_type,
+            "attempt": info.attempt,
+        }
+        log.info("activity.started", task_list=info.task_list, **where)
+        defn = self.activities.get(info.activity_type)
+        beat = _Heartbeater(self.client, task.task_token, self.identity, info.heartbeat)
+        ctx = ActivityContext(info, beat.push)
+        beat.on_cancel(ctx.cancel)
+        try:
+            if defn is None:
+                raise ActivityFailure(
+                    f"this runner has no activity named {info.activity_type!r}",
+                    reason="ActivityTypeNotRegistered",
+                )
+            result = await self._run(defn, ctx, task, beat)
+        except asyncio.CancelledError:
+            if beat.cancel_requested:
+                await self._answer("RespondActivityTaskCanceled", task.task_token, where)
+                log.info("activity.canceled", **where)
+                return
+            # The worker is shutting down past its grace: say so now, so the
+            # decider can retry at once instead of at a timeout.
+            shutdown = ActivityFailure("the worker shut down", reason="WorkerShutdown")
+            await self._fail(task.task_token, where, shutdown)
+            raise
+        except ActivityCancelledError:
+            await self._answer("RespondActivityTaskCanceled", task.task_token, where)
+            log.info("activity.canceled", **where)
+            return
+        except Exception as exc:
+            await self._fail(task.task_token, where, exc)
+            return
+        finally:
+            beat.stop()
+        await self._complete(task.task_token, where, result)
+
+    async def _run(
+        self,
+        defn: ActivityDefinition,
+        ctx: ActivityContext,
+        task: s.PollForActivityTaskResponse,
+        beat: _Heartbeater,
+    ) -> Any:
+        converter = self.client.converter
+        args, kwargs = defn.arguments(converter.decode(task.input), converter)
+        token = set_context(ctx)
+        try:
+            if defn.is_async:
+                running = asyncio.ensure_future(defn.fn(*args, **kwargs))
+                beat.on_cancel(running.cancel)
+                return await running
+            # The copied context carries the activity context into the thread.
+            context = contextvars.copy_context()
+            loop = asyncio.get_running_loop()
+            return await loop.run_in_executor(
+                self._pool, lambda: context.run(defn.fn, *args, **kwargs)
+            )
+        finally:
+            reset_context(token)
+
+    async def _complete(self, token: bytes, where: dict[str, Any], result: Any) -> None:
+        try:
+            payload = self.client.converter.encode(result)
+        except (TypeError, ValueError) as exc:
+            await self._fail(token, where, exc)
+            return
+        req = s.RespondActivityTaskCompletedRequest(
+            task_token=token, result=payload, identity=self.identity
+        )
+        try:
+            await self.client.rpc("RespondActivityTaskCompleted", req)
+        except InvalidArgumentError as exc:
+            if "payload" not in exc.message:
+                raise
+            # CONTRACT: a result over the limit fails the activity at once.
+            await self._fail(token, where, ActivityFailure(exc.message, reason=PAYLOAD_TOO_LARGE))
+            return
+        except NotFoundError:
+            log.warning("activity.stale", outcome="completed", **where)
+            return
+        log.info("activity.completed", **where)
+
+    async def _fail(self, token: bytes, where: dict[str, Any], exc: BaseException) -> None:
+        reason, details, non_retryable = failure_of(exc)
+        req = s.RespondActivityTaskFailedRequest(
+            task_token=token,
+            reason=reason,
+            details=self.client.converter.encode(details),
+            non_retryable=non_retryable,
+            identity=self.identity,
+        )
+        if await self._answer_request("RespondActivityTaskFailed", req, where):
+            log.info("activity.failed", reason=reason, error=details["message"], **where)
+
+    async def _answer(self, method: str, token: bytes, where: dict[str, Any]) -> None:
+        req = s.RespondActivityTaskCanceledRequest(task_token=token, identity=self.identity)
+        await self._answer_request(method, req, where)
+
+    async def _answer_request(self, method: str, req: Any, where: dict[str, Any]) -> bool:
+        try:
+            await self.client.rpc(method, req)
+            return True
+        except NotFoundError:
+            # Timed out, or the run closed: the task is no longer ours to answer.
+            log.warning("activity.stale", outcome=method, **where)
+        except WeftError as exc:
+            log.error("activity.answer_failed", outcome=method, error=exc.message, **where)
+        return False
+
+
+def failure_of(exc: BaseException) -> tuple[str, dict[str, Any], bool]:
+    """(reason, details, non_retryable) for an exception raised by an activity."""
+    if isinstance(exc, ActivityFailure):
+        reason, extra, non_retryable = exc.reason, exc.details, exc.non_retryable
+    else:
+        reason, extra, non_retryable = type(exc).__name__, None, False
+    trace = "".join(traceback.format_exception(exc))
+    details: dict[str, Any] = {
+        "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+        "message": str(exc),
+        "traceback": trace[-TRACEBACK_CHARS:],
+    }
+    if extra is not None:
+        details["details"] = extra
+    return reason, details, non_retryable
+
+
+def _info(task: s.PollForActivityTaskResponse, namespace: str, task_list: str) -> ActivityInfo:
+    def span(name: Any) -> timedelta | None:
+        return getattr(task, name).ToTimedelta() if task.HasField(name) else None
+
+    def stamp(name: Any) -> Any:
+        return getattr(task, name).ToDatetime(tzinfo=UTC) if task.HasField(name) else None
+
+    return ActivityInfo(
+        namespace=task.namespace or namespace,
+        workflow_id=task.workflow_execution.workflow_id,
+        run_id=task.workflow_execution.run_id,
+        activity_id=task.activity_id,
+        activity_type=task.activity_type.name,
+        task_list=task_list,
+        attempt=task.attempt,
+        scheduled_event_id=task.scheduled_event_id,
+        started_event_id=task.started_event_id,
+        scheduled_time=stamp("scheduled_time"),
+        started_time=stamp("started_time"),
+        start_to_close=span("start_to_close_timeout"),
+        heartbeat=span("heartbeat_timeout"),
+        task_token=task.task_token,
+    )
+
+
+class _Heartbeater:
+    """Sends an activity's heartbeats: the first at once, then at most one per
+    interval (a third of the heartbeat timeout, at most 2 s), the latest details
+    winning. Hears cancellation in the answers, and treats NOT_FOUND (the task
+    timed out or its run closed) the same way."""
+
+    def __init__(
+        self, client: AsyncClient, token: bytes, identity: str, timeout: timedelta | None
+    ) -> None:
+        self._client = client
+        self._token = token
+        self._identity = identity
+        self._interval = min(timeout.total_seconds() / 3, 2.0) if timeout else 2.0
+        self._loop = asyncio.get_running_loop()
+        self._details: Any = None
+        self._wake = asyncio.Event()
+        self._sender: asyncio.Task[None] | None = None
+        self._cancel_hooks: list[Callable[[], Any]] = []
+        self.cancel_requested = False
+
+    def on_cancel(self, hook: Callable[[], Any]) -> None:
+        self._cancel_hooks.append(hook)
+
+    def push(self, details: Any) -> None:
+        """Queue a heartbeat; callable from the activity's thread or the loop."""
+        try:
+            on_loop = asyncio.get_running_loop() is self._loop
+        except RuntimeError:
+            on_loop = False
+        if on_loop:
+            self._queue(details)
+        else:
+            self._loop.call_soon_threadsafe(self._queue, details)
+
+    def stop(self) -> None:
+        if self._sender is not None:
+            self._sender.cancel()
+
+    def _queue(self, details: Any) -> None:
+        self._details = details
+        self._wake.set()
+        if self._sender is None:
+            self._sender = asyncio.create_task(self._send_loop())
+
+    async def _send_loop(self) -> None:
+        while True:
+            await self._wake.wait()
+            self._wake.clear()
+            req = s.RecordActivityHeartbeatRequest(
+                task_token=self._token,
+                details=self._client.converter.encode(self._details),
+                identity=self._identity,
+            )
+            try:
+                resp = await self._client.rpc("RecordActivityHeartbeat", req)
+                cancel = resp.cancel_requested
+            except NotFoundError:
+                cancel = True
+            except WeftError as exc:
+                log.warning("activity.heartbeat_failed", error=exc.message)
+                cancel = False
+            if cancel and not self.cancel_requested:
+                self.cancel_requested = True
+                for hook in self._cancel_hooks:
+                    hook()
+            await asyncio.sleep(self._interval)

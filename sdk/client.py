@@ -1,0 +1,391 @@
+"""`AsyncClient`: the SDK's one real client, on `grpc.aio`.
+
+Everything else (the sync `Client`, the workers, the CLI) goes through it. Each
+call becomes one RPC; `UNAVAILABLE` is retried with backoff (see `retry.py`),
+any other failure raises the typed error of `errors.py`.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import socket
+import uuid
+from collections.abc import AsyncGenerator, AsyncIterator
+from datetime import timedelta
+from typing import Any, Literal
+
+import grpc
+import structlog
+from google.protobuf.duration_pb2 import Duration
+from google.protobuf.message import Message
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
+from sdk.api.weft.v1 import service_pb2_grpc as sg
+from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.errors import (
+    DeadlineExceededError,
+    WeftError,
+    WorkflowCanceledError,
+    WorkflowFailedError,
+    WorkflowOutcomeError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
+    from_rpc_error,
+)
+from sdk.events import CLOSE_TYPES, Event, event_from_proto
+from sdk.retry import DEFAULT_RETRY, RetryPolicy
+from sdk.workflows import WorkflowDescription, WorkflowInfo, WorkflowRun
+
+log = structlog.get_logger("weft.client")
+
+DEFAULT_ADDRESS = "127.0.0.1:7400"
+DEFAULT_NAMESPACE = "default"
+# The server answers an idle long poll after 60 s; past this the connection is
+# presumed dead and the call is made again.
+POLL_TIMEOUT = timedelta(seconds=90)
+
+_OUTCOMES: dict[str, type[WorkflowOutcomeError]] = {
+    "WorkflowFailed": WorkflowFailedError,
+    "WorkflowTimedOut": WorkflowTimedOutError,
+    "WorkflowCanceled": WorkflowCanceledError,
+    "WorkflowTerminated": WorkflowTerminatedError,
+}
+_STATUS_FILTERS = {
+    None: s.STATUS_FILTER_UNSPECIFIED,
+    "open": s.STATUS_FILTER_OPEN,
+    "closed": s.STATUS_FILTER_CLOSED,
+}
+
+
+def default_identity() -> str:
+    return f"{socket.gethostname()}:{os.getpid()}"
+
+
+def duration(value: timedelta | None) -> Duration | None:
+    if value is None:
+        return None
+    out = Duration()
+    out.FromTimedelta(value)
+    return out
+
+
+class AsyncClient:
+    """A connection to a Weft server, for one namespace.
+
+    Create it anywhere; the gRPC channel opens on first use, inside the running
+    event loop, and serves that loop only. Close it with `await client.close()` or
+    `async with`.
+    """
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        identity: str | None = None,
+        converter: PayloadConverter = DEFAULT_CONVERTER,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
+        self.address = address
+        self.namespace = namespace
+        self.identity = identity or default_identity()
+        self.converter = converter
+        self.retry = retry
+        self._channel: grpc.aio.Channel | None = None
+        self._stub: sg.WorkflowServiceStub | None = None
+
+    async def __aenter__(self) -> AsyncClient:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    async def close(self) -> None:
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
+
+    # -- starting and steering workflows ----------------------------------------------
+
+    async def start_workflow(
+        self,
+        workflow_type: str,
+        input: Any = None,
+        *,
+        workflow_id: str | None = None,
+        version: str = "",
+        task_list: str = "",
+        execution_timeout: timedelta | None = None,
+        decider_timeout: timedelta | None = None,
+        request_id: str | None = None,
+    ) -> WorkflowRun:
+        """Start a run. Raises `AlreadyExistsError` while another run of the id is open.
+
+        `workflow_id` defaults to a fresh `TYPE-UUID`. Retrying with the same
+        `request_id` returns the run the first attempt started.
+        """
+        req = self._start_request(
+            workflow_type,
+            input,
+            workflow_id=workflow_id,
+            version=version,
+            task_list=task_list,
+            execution_timeout=execution_timeout,
+            decider_timeout=decider_timeout,
+            request_id=request_id,
+        )
+        resp = await self.rpc("StartWorkflow", req)
+        return WorkflowRun(req.workflow_id, resp.run_id)
+
+    async def signal_with_start(
+        self,
+        workflow_type: str,
+        signal_name: str,
+        signal_input: Any = None,
+        *,
+        workflow_id: str,
+        input: Any = None,
+        version: str = "",
+        task_list: str = "",
+        execution_timeout: timedelta | None = None,
+        decider_timeout: timedelta | None = None,
+        request_id: str | None = None,
+    ) -> WorkflowRun:
+        """Signal the open run of `workflow_id`, starting one first if none is open."""
+        start = self._start_request(
+            workflow_type,
+            input,
+            workflow_id=workflow_id,
+            version=version,
+            task_list=task_list,
+            execution_timeout=execution_timeout,
+            decider_timeout=decider_timeout,
+            request_id=request_id,
+        )
+        req = s.SignalWithStartWorkflowRequest(
+            start=start, signal_name=signal_name, signal_input=self.converter.encode(signal_input)
+        )
+        resp = await self.rpc("SignalWithStartWorkflow", req)
+        return WorkflowRun(workflow_id, resp.run_id, started=resp.started)
+
+    async def signal(
+        self,
+        workflow_id: str,
+        signal_name: str,
+        input: Any = None,
+        *,
+        run_id: str = "",
+        request_id: str | None = None,
+    ) -> None:
+        """Append a `Signal` to the open run. The same `request_id` twice signals once."""
+        await self.rpc(
+            "SignalWorkflow",
+            s.SignalWorkflowRequest(
+                namespace=self.namespace,
+                execution=c.WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+                signal_name=signal_name,
+                input=self.converter.encode(input),
+                identity=self.identity,
+                request_id=request_id or str(uuid.uuid4()),
+            ),
+        )
+
+    async def cancel(
+        self, workflow_id: str, *, run_id: str = "", reason: str = "", request_id: str | None = None
+    ) -> None:
+        """Ask the run's decider to cancel it (`WorkflowCancelRequested`)."""
+        await self.rpc(
+            "RequestCancelWorkflow",
+            s.RequestCancelWorkflowRequest(
+                namespace=self.namespace,
+                execution=c.WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+                reason=reason,
+                identity=self.identity,
+                request_id=request_id or str(uuid.uuid4()),
+            ),
+        )
+
+    async def terminate(
+        self, workflow_id: str, *, run_id: str = "", reason: str = "", details: Any = None
+    ) -> None:
+        """Close the run at once (`WorkflowTerminated`); its decider is not asked."""
+        req = s.TerminateWorkflowRequest(
+            namespace=self.namespace,
+            execution=c.WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+            reason=reason,
+            identity=self.identity,
+        )
+        if details is not None:
+            req.details.CopyFrom(self.converter.encode(details))
+        await self.rpc("TerminateWorkflow", req)
+
+    # -- reading workflows --------------------------------------------------------------
+
+    async def describe(self, workflow_id: str, *, run_id: str = "") -> WorkflowDescription:
+        resp = await self.rpc(
+            "DescribeWorkflow",
+            s.DescribeWorkflowRequest(
+                namespace=self.namespace,
+                execution=c.WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+            ),
+        )
+        return WorkflowDescription.from_proto(resp, self.converter)
+
+    async def history(self, workflow_id: str, *, run_id: str = "") -> list[Event]:
+        """The run's whole history as it stands (the current run unless `run_id`)."""
+        return [event async for event in self.iter_history(workflow_id, run_id=run_id)]
+
+    async def iter_history(
+        self, workflow_id: str, *, run_id: str = "", follow: bool = False, page_size: int = 0
+    ) -> AsyncGenerator[Event]:
+        """The run's events page by page; with `follow`, keep waiting for new ones
+        until the run closes."""
+        async for _, event in self._history_pages(workflow_id, run_id, follow, page_size):
+            yield event_from_proto(event, self.converter)
+
+    async def list(
+        self,
+        *,
+        status: Literal["open", "closed"] | None = None,
+        workflow_type: str = "",
+        workflow_id: str = "",
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        """Runs, newest start first."""
+        if status not in _STATUS_FILTERS:
+            raise ValueError(f"status must be 'open', 'closed' or None, not {status!r}")
+        out: list[WorkflowInfo] = []
+        token = b""
+        while len(out) < limit:
+            resp = await self.rpc(
+                "ListWorkflows",
+                s.ListWorkflowsRequest(
+                    namespace=self.namespace,
+                    status_filter=_STATUS_FILTERS[status],
+                    workflow_type=workflow_type,
+                    workflow_id=workflow_id,
+                    page_size=min(limit - len(out), 1000),
+                    next_page_token=token,
+                ),
+            )
+            out.extend(WorkflowInfo.from_proto(info) for info in resp.executions)
+            token = resp.next_page_token
+            if not token:
+                break
+        return out[:limit]
+
+    async def result(
+        self, workflow_id: str, *, run_id: str = "", timeout: timedelta | None = None
+    ) -> Any:
+        """Wait for the run to close and return its result, following continue-as-new.
+
+        Raises `WorkflowFailedError`, `WorkflowTimedOutError`,
+        `WorkflowCanceledError` or `WorkflowTerminatedError` with the reason and
+        details from the history, and `DeadlineExceededError` if `timeout` passes
+        first.
+        """
+        try:
+            return await asyncio.wait_for(
+                self._result(workflow_id, run_id),
+                timeout.total_seconds() if timeout is not None else None,
+            )
+        except TimeoutError:
+            raise DeadlineExceededError(
+                f"workflow {workflow_id} did not close within {timeout}"
+            ) from None
+
+    async def _result(self, workflow_id: str, run_id: str) -> Any:
+        while True:
+            close: Event | None = None
+            async for current, msg in self._history_pages(workflow_id, run_id, True, 0):
+                run_id = current
+                if msg.type in CLOSE_TYPES:
+                    close = event_from_proto(msg, self.converter)
+            if close is None:
+                raise WeftError(f"workflow {workflow_id}: its history ended without a close event")
+            if close.type == "WorkflowSuccess":
+                return close.get("result")
+            if close.type == "WorkflowContinuedAsNew":
+                run_id = close.get("new_run_id", "")
+                continue
+            reason = close.get("reason") or close.get("timeout_type", "")
+            raise _OUTCOMES[close.type](workflow_id, run_id, reason, close.get("details"))
+
+    # -- the wire -------------------------------------------------------------------------
+
+    async def _history_pages(
+        self, workflow_id: str, run_id: str, follow: bool, page_size: int
+    ) -> AsyncIterator[tuple[str, Any]]:
+        """(run id, raw event) for each event; the run id is the one the server resolved."""
+        token = b""
+        while True:
+            resp = await self.rpc(
+                "GetWorkflowHistory",
+                s.GetWorkflowHistoryRequest(
+                    namespace=self.namespace,
+                    execution=c.WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+                    page_size=page_size,
+                    next_page_token=token,
+                    wait_new_event=follow,
+                ),
+                timeout=POLL_TIMEOUT if follow else None,
+            )
+            for event in resp.events:
+                yield resp.run_id, event
+            if not resp.next_page_token:
+                return
+            token = resp.next_page_token
+
+    def _start_request(
+        self,
+        workflow_type: str,
+        input: Any,
+        *,
+        workflow_id: str | None,
+        version: str,
+        task_list: str,
+        execution_timeout: timedelta | None,
+        decider_timeout: timedelta | None,
+        request_id: str | None,
+    ) -> s.StartWorkflowRequest:
+        req = s.StartWorkflowRequest(
+            namespace=self.namespace,
+            workflow_id=workflow_id or f"{workflow_type}-{uuid.uuid4()}",
+            workflow_type=c.WorkflowType(name=workflow_type, version=version),
+            task_list=task_list,
+            input=self.converter.encode(input),
+            execution_timeout=duration(execution_timeout),
+            decider_timeout=duration(decider_timeout),
+            identity=self.identity,
+            request_id=request_id or str(uuid.uuid4()),
+        )
+        return req
+
+    async def rpc(self, method: str, request: Message, *, timeout: timedelta | None = None) -> Any:
+        """Call `WorkflowService.<method>`, retrying `UNAVAILABLE` by the retry policy.
+
+        The low-level door the workers and the CLI use; prefer the methods above.
+        """
+        delays = self.retry.delays()
+        seconds = timeout.total_seconds() if timeout is not None else None
+        while True:
+            call = getattr(self._service(), method)
+            try:
+                return await call(request, timeout=seconds)
+            except grpc.aio.AioRpcError as exc:
+                code = exc.code()
+                if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout == POLL_TIMEOUT:
+                    continue  # a long poll outlived a silent connection: ask again
+                wait = delays.next() if code == grpc.StatusCode.UNAVAILABLE else None
+                if wait is None:
+                    raise from_rpc_error(exc) from exc
+                log.debug("rpc.retry", method=method, wait=round(wait, 3), error=exc.details())
+                await asyncio.sleep(wait)
+
+    def _service(self) -> Any:
+        if self._stub is None:
+            self._channel = grpc.aio.insecure_channel(self.address)
+            self._stub = sg.WorkflowServiceStub(self._channel)
+        return self._stub

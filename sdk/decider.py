@@ -1,0 +1,278 @@
+"""`Decider` and `DecisionTask`: workflow logic as a function of the history.
+
+    class Order(Decider):
+        workflow_type = "order"
+        task_list = "orders"
+
+        def decide(self, task: DecisionTask) -> None:
+            if "a" not in task.activities:
+                task.schedule_activity("a", "resize", input=task.input)
+            elif task.activities["a"].status == "succeeded":
+                task.complete(task.activities["a"].result)
+
+`decide` reads the task (the whole history up to this decision, and views
+folded from it) and records decisions with the builders; the worker sends them
+in one answer. It must not read clocks, files or services: the same history
+must always give the same decisions, which is what golden-history tests check.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable
+from dataclasses import dataclass, field
+from datetime import timedelta
+from functools import cached_property
+from typing import Any, ClassVar
+
+from sdk.activity import ActivityDefinition
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import decisions_pb2 as d
+from sdk.client import duration
+from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.errors import WeftError
+from sdk.events import Event
+from sdk.history import ActivityState, Marker, RunView, Signal, TimerState, fold
+
+CLOSE_DECISIONS = frozenset({"CompleteWorkflow", "FailWorkflow", "CancelWorkflow", "ContinueAsNew"})
+
+
+class Decider:
+    """Subclass it, name the workflow type, and write `decide`.
+
+    `task_list` is where the type's decision tasks wait when the process is not
+    told otherwise (`weft decider --task-list`). `decide` may be `async`.
+    """
+
+    workflow_type: ClassVar[str] = ""
+    workflow_version: ClassVar[str] = ""
+    task_list: ClassVar[str] = ""
+
+    @classmethod
+    def type_name(cls) -> str:
+        return cls.workflow_type or cls.__name__
+
+    def decide(self, task: DecisionTask) -> Awaitable[None] | None:
+        raise NotImplementedError(f"{type(self).__name__}.decide")
+
+
+@dataclass(frozen=True)
+class Decision:
+    """One decision: its CONTRACT name and its attributes as Python values."""
+
+    kind: str
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def to_proto(self, converter: PayloadConverter = DEFAULT_CONVERTER) -> d.Decision:
+        a = self.attributes
+        msg = d.Decision()
+        if self.kind == "ScheduleActivity":
+            msg.schedule_activity.CopyFrom(
+                d.ScheduleActivityDecision(
+                    activity_id=a["activity_id"],
+                    activity_type=c.ActivityType(name=a["activity_type"], version=a["version"]),
+                    input=converter.encode(a["input"]),
+                    task_list=a["task_list"],
+                    schedule_to_start_timeout=duration(a["schedule_to_start"]),
+                    start_to_close_timeout=duration(a["start_to_close"]),
+                    schedule_to_close_timeout=duration(a["schedule_to_close"]),
+                    heartbeat_timeout=duration(a["heartbeat"]),
+                )
+            )
+        elif self.kind == "RequestCancelActivity":
+            msg.request_cancel_activity.activity_id = a["activity_id"]
+        elif self.kind == "StartTimer":
+            msg.start_timer.CopyFrom(
+                d.StartTimerDecision(
+                    timer_id=a["timer_id"], start_to_fire_timeout=duration(a["delay"])
+                )
+            )
+        elif self.kind == "CancelTimer":
+            msg.cancel_timer.timer_id = a["timer_id"]
+        elif self.kind == "RecordMarker":
+            msg.record_marker.CopyFrom(
+                d.RecordMarkerDecision(
+                    marker_name=a["marker_name"], details=converter.encode(a["details"])
+                )
+            )
+        elif self.kind == "CompleteWorkflow":
+            msg.complete_workflow.result.CopyFrom(converter.encode(a["result"]))
+        elif self.kind == "FailWorkflow":
+            msg.fail_workflow.CopyFrom(
+                d.FailWorkflowDecision(reason=a["reason"], details=converter.encode(a["details"]))
+            )
+        elif self.kind == "CancelWorkflow":
+            msg.cancel_workflow.details.CopyFrom(converter.encode(a["details"]))
+        elif self.kind == "ContinueAsNew":
+            msg.continue_as_new.CopyFrom(
+                d.ContinueAsNewDecision(
+                    input=converter.encode(a["input"]),
+                    workflow_type=c.WorkflowType(name=a["workflow_type"], version=a["version"]),
+                    task_list=a["task_list"],
+                    execution_timeout=duration(a["execution_timeout"]),
+                    decider_timeout=duration(a["decider_timeout"]),
+                )
+            )
+        else:
+            raise WeftError(f"unknown decision {self.kind!r}")
+        return msg
+
+
+class DecisionTask:
+    """One decision task: the history up to its `DeciderStarted`, views folded from
+    it, and the decisions `decide` makes."""
+
+    def __init__(
+        self,
+        *,
+        workflow_id: str,
+        run_id: str,
+        workflow_type: str,
+        history: list[Event],
+        started_event_id: int,
+        previous_started_event_id: int = 0,
+        version: str = "",
+        continue_as_new_suggested: bool = False,
+    ) -> None:
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.workflow_type = workflow_type
+        self.version = version
+        self.history = history
+        self.started_event_id = started_event_id
+        self.previous_started_event_id = previous_started_event_id
+        self.continue_as_new_suggested = continue_as_new_suggested
+        self.decisions: list[Decision] = []
+
+    # -- reading ------------------------------------------------------------------------
+
+    @cached_property
+    def view(self) -> RunView:
+        return fold(self.history)
+
+    @property
+    def input(self) -> Any:
+        """The workflow's input, from `WorkflowStarted`."""
+        return self.view.input
+
+    @property
+    def new_events(self) -> list[Event]:
+        """The events since the previous decision task started: what is new to decide on."""
+        return [e for e in self.history if e.event_id > self.previous_started_event_id]
+
+    @property
+    def activities(self) -> dict[str, ActivityState]:
+        return self.view.activities
+
+    @property
+    def timers(self) -> dict[str, TimerState]:
+        return self.view.timers
+
+    @property
+    def cancel_requested(self) -> bool:
+        """Whether someone asked to cancel the workflow (`WorkflowCancelRequested`)."""
+        return self.view.cancel_requested
+
+    @property
+    def is_first(self) -> bool:
+        """True for the run's first decision task."""
+        return self.previous_started_event_id == 0
+
+    def signals(self, name: str | None = None) -> list[Signal]:
+        """Signals received so far, oldest first; only those called `name` if given."""
+        return [s for s in self.view.signals if name is None or s.name == name]
+
+    def markers(self, name: str | None = None) -> list[Marker]:
+        """Markers recorded so far, oldest first; only those called `name` if given."""
+        return [m for m in self.view.markers if name is None or m.name == name]
+
+    @property
+    def open_activities(self) -> list[ActivityState]:
+        return [a for a in self.activities.values() if a.is_open]
+
+    # -- deciding -----------------------------------------------------------------------
+
+    def schedule_activity(
+        self,
+        activity_id: str,
+        activity_type: str | ActivityDefinition,
+        input: Any = None,
+        *,
+        version: str | None = None,
+        task_list: str | None = None,
+        schedule_to_start: timedelta | None = None,
+        start_to_close: timedelta | None = None,
+        schedule_to_close: timedelta | None = None,
+        heartbeat: timedelta | None = None,
+    ) -> None:
+        """Schedule an activity. Given the `@activity` function itself, its name,
+        task list and timeouts are the defaults; otherwise the server's defaults
+        (the activity type's registration, then the workflow's task list) apply."""
+        spec = activity_type if isinstance(activity_type, ActivityDefinition) else None
+        self._add(
+            "ScheduleActivity",
+            activity_id=activity_id,
+            activity_type=spec.name if spec else str(activity_type),
+            version=version if version is not None else (spec.version if spec else ""),
+            input=input,
+            task_list=task_list or (spec.task_list if spec else ""),
+            schedule_to_start=schedule_to_start or (spec.schedule_to_start if spec else None),
+            start_to_close=start_to_close or (spec.start_to_close if spec else None),
+            schedule_to_close=schedule_to_close or (spec.schedule_to_close if spec else None),
+            heartbeat=heartbeat or (spec.heartbeat if spec else None),
+        )
+
+    def cancel_activity(self, activity_id: str) -> None:
+        self._add("RequestCancelActivity", activity_id=activity_id)
+
+    def start_timer(self, timer_id: str, delay: timedelta) -> None:
+        self._add("StartTimer", timer_id=timer_id, delay=delay)
+
+    def cancel_timer(self, timer_id: str) -> None:
+        self._add("CancelTimer", timer_id=timer_id)
+
+    def record_marker(self, name: str, details: Any = None) -> None:
+        self._add("RecordMarker", marker_name=name, details=details)
+
+    def complete(self, result: Any = None) -> None:
+        self._add("CompleteWorkflow", result=result)
+
+    def fail(self, reason: str, details: Any = None) -> None:
+        self._add("FailWorkflow", reason=reason, details=details)
+
+    def cancel(self, details: Any = None) -> None:
+        """Close the workflow as canceled (the answer to a cancel request)."""
+        self._add("CancelWorkflow", details=details)
+
+    def continue_as_new(
+        self,
+        input: Any = None,
+        *,
+        workflow_type: str = "",
+        version: str = "",
+        task_list: str = "",
+        execution_timeout: timedelta | None = None,
+        decider_timeout: timedelta | None = None,
+    ) -> None:
+        """Close this run and start a fresh one of the same workflow id (an empty
+        history); unset options carry over from this run."""
+        self._add(
+            "ContinueAsNew",
+            input=input,
+            workflow_type=workflow_type,
+            version=version,
+            task_list=task_list,
+            execution_timeout=execution_timeout,
+            decider_timeout=decider_timeout,
+        )
+
+    @property
+    def closed(self) -> bool:
+        """Whether a close decision was made (nothing may follow it)."""
+        return bool(self.decisions) and self.decisions[-1].kind in CLOSE_DECISIONS
+
+    def _add(self, kind: str, **attributes: Any) -> None:
+        if self.closed:
+            raise WeftError(
+                f"{kind} after {self.decisions[-1].kind}: a close decision must be the last"
+            )
+        self.decisions.append(Decision(kind, attributes))

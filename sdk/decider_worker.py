@@ -1,0 +1,229 @@
+"""`DeciderWorker`: polls decision task lists and runs `Decider.decide`.
+
+    DeciderWorker(client, task_lists=["orders"], deciders=[Order()]).run()
+
+Each task's whole history is read (following pages), folded into a
+`DecisionTask`, decided, and answered with the decisions in one call.
+
+A decider that raises fails its task once (`DeciderFailed`, and the server
+schedules it again at once, which cures a passing fault). If the task it gets
+then is a retry of a failed one and it raises again, the worker does not answer:
+the task times out and is retried at the decider's timeout, so a broken decider
+costs a few events per timeout instead of a tight loop filling the history.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import traceback
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
+from sdk.client import POLL_TIMEOUT, AsyncClient
+from sdk.decider import Decider, DecisionTask
+from sdk.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError, WeftError
+from sdk.events import Event, event_from_proto
+from sdk.sync_client import Client
+from sdk.worker import DEFAULT_GRACE, Worker
+
+log = structlog.get_logger("weft.decider")
+
+TRACEBACK_CHARS = 16_000
+
+
+class DeciderWorker(Worker):
+    """Runs `Decider`s for the decision tasks on its task lists.
+
+    `task_lists` defaults to those the deciders name (`Decider.task_list`).
+    """
+
+    kind = "decision"
+
+    def __init__(
+        self,
+        client: Client | AsyncClient,
+        *,
+        deciders: Sequence[Decider],
+        task_lists: Sequence[str] = (),
+        concurrency: int = 8,
+        identity: str | None = None,
+        grace: timedelta = DEFAULT_GRACE,
+        pollers: int | None = None,
+    ) -> None:
+        self.deciders: dict[tuple[str, str], Decider] = {}
+        for decider in deciders:
+            if not isinstance(decider, Decider):
+                raise TypeError(f"{decider!r} is not a Decider instance")
+            key = (decider.type_name(), decider.workflow_version)
+            if key in self.deciders:
+                raise ValueError(f"two deciders for workflow type {key[0]!r} {key[1]!r}")
+            self.deciders[key] = decider
+        lists = list(task_lists) or sorted({d.task_list for d in deciders if d.task_list})
+        super().__init__(
+            client,
+            task_lists=lists,
+            concurrency=concurrency,
+            identity=identity,
+            grace=grace,
+            pollers=pollers,
+        )
+
+    def decider_for(self, name: str, version: str) -> Decider | None:
+        """The decider of this exact version, else the one that takes any version."""
+        return self.deciders.get((name, version)) or self.deciders.get((name, ""))
+
+    async def _poll(self, task_list: str) -> s.PollForDecisionTaskResponse | None:
+        resp: s.PollForDecisionTaskResponse = await self.client.rpc(
+            "PollForDecisionTask",
+            s.PollForDecisionTaskRequest(
+                namespace=self.client.namespace, task_list=task_list, identity=self.identity
+            ),
+            timeout=POLL_TIMEOUT,
+        )
+        return resp if resp.task_token else None
+
+    async def _handle(self, resp: s.PollForDecisionTaskResponse) -> None:
+        where = {
+            "workflow_id": resp.workflow_execution.workflow_id,
+            "run_id": resp.workflow_execution.run_id,
+            "workflow_type": resp.workflow_type.name,
+            "event_id": resp.started_event_id,
+        }
+        try:
+            history = await self._history(resp)
+        except WeftError as exc:
+            log.error("decision.history_failed", error=exc.message, **where)
+            return
+        task = DecisionTask(
+            workflow_id=resp.workflow_execution.workflow_id,
+            run_id=resp.workflow_execution.run_id,
+            workflow_type=resp.workflow_type.name,
+            version=resp.workflow_type.version,
+            history=history,
+            started_event_id=resp.started_event_id,
+            previous_started_event_id=resp.previous_started_event_id,
+            continue_as_new_suggested=resp.continue_as_new_suggested,
+        )
+        decider = self.decider_for(resp.workflow_type.name, resp.workflow_type.version)
+        try:
+            if decider is None:
+                raise LookupError(
+                    f"no decider here for workflow type {resp.workflow_type.name!r}"
+                    f" version {resp.workflow_type.version!r}"
+                )
+            await run_decider(decider, task)
+        except Exception as exc:
+            await self._decider_failed(resp, task, exc, where)
+            return
+        await self._respond(resp.task_token, task, where)
+
+    async def _history(self, resp: s.PollForDecisionTaskResponse) -> list[Event]:
+        """The task's events; a long history comes in pages."""
+        raw = list(resp.events)
+        token = resp.next_page_token
+        while token:
+            page = await self.client.rpc(
+                "GetWorkflowHistory",
+                s.GetWorkflowHistoryRequest(
+                    namespace=self.client.namespace,
+                    execution=c.WorkflowExecution(
+                        workflow_id=resp.workflow_execution.workflow_id,
+                        run_id=resp.workflow_execution.run_id,
+                    ),
+                    next_page_token=token,
+                ),
+            )
+            raw.extend(page.events)
+            token = page.next_page_token
+        return [event_from_proto(e, self.client.converter) for e in raw]
+
+    async def _respond(self, token: bytes, task: DecisionTask, where: dict[str, Any]) -> None:
+        converter = self.client.converter
+        try:
+            decisions = [decision.to_proto(converter) for decision in task.decisions]
+            await self.client.rpc(
+                "RespondDecisionTaskCompleted",
+                s.RespondDecisionTaskCompletedRequest(
+                    task_token=token, decisions=decisions, identity=self.identity
+                ),
+            )
+        except NotFoundError:
+            log.warning("decision.stale", **where)
+            return
+        except (InvalidArgumentError, ResourceExhaustedError, TypeError, ValueError) as exc:
+            # The server refused the decisions as a whole (a payload over the
+            # limit, a bad name): record why in the history.
+            message = exc.message if isinstance(exc, WeftError) else str(exc)
+            log.error("decision.refused", error=message, **where)
+            await self._fail_task(token, "BAD_DECISIONS", {"message": message}, where)
+            return
+        except WeftError as exc:
+            log.error("decision.answer_failed", error=exc.message, **where)
+            return
+        log.info("decision.completed", decisions=[d.kind for d in task.decisions], **where)
+
+    async def _decider_failed(
+        self,
+        resp: s.PollForDecisionTaskResponse,
+        task: DecisionTask,
+        exc: Exception,
+        where: dict[str, Any],
+    ) -> None:
+        cause = "UNKNOWN_WORKFLOW_TYPE" if isinstance(exc, LookupError) else "DECIDER_EXCEPTION"
+        if _retrying_failure(task.history):
+            log.error(
+                "decision.failed_again",
+                cause=cause,
+                error=str(exc),
+                action="left to time out; retried at the decider timeout",
+                **where,
+            )
+            return
+        log.error("decision.failed", cause=cause, error=str(exc), **where)
+        details = {
+            "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
+            "message": str(exc),
+            "traceback": "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:],
+        }
+        await self._fail_task(resp.task_token, cause, details, where)
+
+    async def _fail_task(
+        self, token: bytes, cause: str, details: dict[str, Any], where: dict[str, Any]
+    ) -> None:
+        try:
+            await self.client.rpc(
+                "RespondDecisionTaskFailed",
+                s.RespondDecisionTaskFailedRequest(
+                    task_token=token,
+                    cause=cause,
+                    details=self.client.converter.encode(details),
+                    identity=self.identity,
+                ),
+            )
+        except WeftError as exc:
+            log.warning("decision.answer_failed", error=exc.message, **where)
+
+
+async def run_decider(decider: Decider, task: DecisionTask) -> None:
+    """Call `decide`: async ones on the loop, sync ones in a thread (a slow decider
+    must not stall the worker's other polls)."""
+    if inspect.iscoroutinefunction(decider.decide):
+        await decider.decide(task)  # type: ignore[misc,unused-ignore]
+    else:
+        await asyncio.to_thread(decider.decide, task)
+
+
+def _retrying_failure(history: list[Event]) -> bool:
+    """Whether the decision task before this one failed (with no success since)."""
+    for event in reversed(history):
+        if event.type == "DeciderCompleted":
+            return False
+        if event.type in ("DeciderFailed", "DeciderTimedOut"):
+            return True
+    return False

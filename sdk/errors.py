@@ -1,0 +1,208 @@
+"""Every error the SDK raises, rooted at `WeftError`.
+
+Errors from the server carry the gRPC status they arrived with, next to their
+definition, so `except NotFoundError` and `err.status` say the same thing. A
+class's docstring is its default message. Errors about a workflow's outcome
+(`WorkflowFailedError` and its siblings) come from the history, not from a
+status code; their `status` is None.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import grpc
+
+
+class WeftError(Exception):
+    """Weft could not do what was asked."""
+
+    status: ClassVar[grpc.StatusCode | None] = grpc.StatusCode.UNKNOWN
+
+    def __init__(self, message: str | None = None) -> None:
+        super().__init__(message or (type(self).__doc__ or type(self).__name__).strip())
+
+    @property
+    def message(self) -> str:
+        return str(self.args[0])
+
+
+# -- errors the server answers with -------------------------------------------------
+
+
+class InvalidArgumentError(WeftError):
+    """The request was refused as invalid; nothing was changed."""
+
+    status = grpc.StatusCode.INVALID_ARGUMENT
+
+
+class NotFoundError(WeftError):
+    """No such workflow, run, or task (a task token goes stale once its task is over)."""
+
+    status = grpc.StatusCode.NOT_FOUND
+
+
+class AlreadyExistsError(WeftError):
+    """A workflow with this id is already open."""
+
+    status = grpc.StatusCode.ALREADY_EXISTS
+
+
+class FailedPreconditionError(WeftError):
+    """The workflow run is already closed."""
+
+    status = grpc.StatusCode.FAILED_PRECONDITION
+
+
+class AbortedError(WeftError):
+    """The request lost a race with a concurrent update; retrying may succeed."""
+
+    status = grpc.StatusCode.ABORTED
+
+
+class ResourceExhaustedError(WeftError):
+    """A limit was reached; nothing was changed."""
+
+    status = grpc.StatusCode.RESOURCE_EXHAUSTED
+
+
+class UnavailableError(WeftError):
+    """The Weft server cannot be reached, or its database is down, or it is draining."""
+
+    status = grpc.StatusCode.UNAVAILABLE
+
+
+class DeadlineExceededError(WeftError):
+    """The call did not finish in time."""
+
+    status = grpc.StatusCode.DEADLINE_EXCEEDED
+
+
+class UnauthenticatedError(WeftError):
+    """The server did not accept the caller's credentials."""
+
+    status = grpc.StatusCode.UNAUTHENTICATED
+
+
+class PermissionDeniedError(WeftError):
+    """The caller may not do this."""
+
+    status = grpc.StatusCode.PERMISSION_DENIED
+
+
+class InternalError(WeftError):
+    """The server failed in an unexpected way."""
+
+    status = grpc.StatusCode.INTERNAL
+
+
+_BY_STATUS: dict[grpc.StatusCode, type[WeftError]] = {
+    cls.status: cls
+    for cls in (
+        InvalidArgumentError,
+        NotFoundError,
+        AlreadyExistsError,
+        FailedPreconditionError,
+        AbortedError,
+        ResourceExhaustedError,
+        UnavailableError,
+        DeadlineExceededError,
+        UnauthenticatedError,
+        PermissionDeniedError,
+        InternalError,
+    )
+    if cls.status is not None
+}
+
+
+def from_rpc_error(exc: grpc.RpcError) -> WeftError:
+    """The typed error for a failed call, with the server's message."""
+    code = exc.code() if hasattr(exc, "code") else grpc.StatusCode.UNKNOWN
+    details = exc.details() if hasattr(exc, "details") else None
+    cls = _BY_STATUS.get(code, WeftError)
+    err = cls(details or None)
+    if cls is WeftError:
+        err.args = (f"{code.name}: {details or 'no details'}",)
+    return err
+
+
+# -- a workflow's outcome, read from its history ------------------------------------
+
+
+class WorkflowOutcomeError(WeftError):
+    """The workflow closed without a result."""
+
+    status = None
+
+    def __init__(
+        self,
+        workflow_id: str,
+        run_id: str,
+        reason: str = "",
+        details: Any = None,
+    ) -> None:
+        what = (type(self).__doc__ or "").strip().rstrip(".")
+        super().__init__(
+            f"workflow {workflow_id} ({run_id}): {what}{': ' + reason if reason else ''}"
+        )
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.reason = reason
+        self.details = details
+
+
+class WorkflowFailedError(WorkflowOutcomeError):
+    """The workflow failed."""
+
+
+class WorkflowTimedOutError(WorkflowOutcomeError):
+    """The workflow timed out."""
+
+
+class WorkflowCanceledError(WorkflowOutcomeError):
+    """The workflow was canceled."""
+
+
+class WorkflowTerminatedError(WorkflowOutcomeError):
+    """The workflow was terminated."""
+
+
+# -- raised by activity code ----------------------------------------------------------
+
+
+class ActivityFailure(WeftError):
+    """The activity failed.
+
+    Raise it (or any exception) from an activity to fail it; `reason` defaults to
+    the class name and `details` travel to the decider with the failure.
+    """
+
+    status = None
+    non_retryable: ClassVar[bool] = False
+
+    def __init__(self, message: str | None = None, *, reason: str = "", details: Any = None):
+        super().__init__(message)
+        self.reason = reason or type(self).__name__
+        self.details = details
+
+
+class NonRetryableError(ActivityFailure):
+    """The activity failed and retrying it cannot help.
+
+    The failure is recorded with `non_retryable` set, which deciders (and the step
+    language's `retry`) read as "do not retry".
+    """
+
+    non_retryable = True
+
+
+class ActivityCancelledError(WeftError):
+    """The activity was cancelled at the decider's request."""
+
+    status = None
+
+
+class NonDeterminismError(WeftError):
+    """A decider's decisions differ from the ones recorded in the history it replays."""
+
+    status = None

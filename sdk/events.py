@@ -1,0 +1,102 @@
+"""History events as plain Python: `Event(event_id, type, timestamp, attributes)`.
+
+`attributes` is a dict with the snake_case names of the history (CONTRACT.md):
+payloads are decoded to their JSON values, durations are seconds (float),
+timestamps are RFC 3339 strings, fields left at their default are omitted. This
+is also the shape of `weft history --json`, so a history saved from the
+command line loads back with `events_from_json` (golden-history tests).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from google.protobuf.message import Message
+
+from sdk.api.weft.v1 import history_pb2 as h
+from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+
+CLOSE_TYPES = frozenset(
+    {
+        "WorkflowSuccess",
+        "WorkflowFailed",
+        "WorkflowTimedOut",
+        "WorkflowCanceled",
+        "WorkflowTerminated",
+        "WorkflowContinuedAsNew",
+    }
+)
+
+
+@dataclass(frozen=True)
+class Event:
+    """One event of a workflow run's history."""
+
+    event_id: int
+    type: str
+    timestamp: datetime
+    attributes: dict[str, Any] = field(default_factory=dict)
+
+    def get(self, name: str, default: Any = None) -> Any:
+        return self.attributes.get(name, default)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "event_id": self.event_id,
+            "type": self.type,
+            "timestamp": rfc3339(self.timestamp),
+            "attributes": self.attributes,
+        }
+
+    @classmethod
+    def from_json(cls, doc: dict[str, Any]) -> Event:
+        stamp = datetime.fromisoformat(str(doc["timestamp"]).replace("Z", "+00:00"))
+        return cls(int(doc["event_id"]), str(doc["type"]), stamp, dict(doc.get("attributes", {})))
+
+
+def rfc3339(moment: datetime) -> str:
+    text = moment.astimezone(UTC).isoformat(timespec="microseconds")
+    return text.replace("+00:00", "Z")
+
+
+def event_from_proto(msg: h.HistoryEvent, converter: PayloadConverter = DEFAULT_CONVERTER) -> Event:
+    kind = msg.WhichOneof("attributes")
+    attrs = message_to_dict(getattr(msg, kind), converter) if kind else {}
+    stamp = msg.timestamp.ToDatetime(tzinfo=UTC)
+    return Event(msg.event_id, msg.type, stamp, attrs)
+
+
+def events_from_json(doc: dict[str, Any] | list[dict[str, Any]]) -> list[Event]:
+    """Events from `weft history --json` output (the whole document or its list)."""
+    items = doc["events"] if isinstance(doc, dict) else doc
+    return [Event.from_json(item) for item in items]
+
+
+def message_to_dict(
+    msg: Message, converter: PayloadConverter = DEFAULT_CONVERTER
+) -> dict[str, Any]:
+    """A protobuf message as JSON-ready Python values (see the module docstring)."""
+    out: dict[str, Any] = {}
+    for fd, value in msg.ListFields():
+        if fd.is_repeated:
+            out[fd.name] = [_value(fd, v, converter) for v in value]
+        else:
+            out[fd.name] = _value(fd, value, converter)
+    return out
+
+
+def _value(fd: Any, value: Any, converter: PayloadConverter) -> Any:
+    if fd.type == fd.TYPE_ENUM:
+        return fd.enum_type.values_by_number[value].name
+    if fd.message_type is None:
+        return value
+    kind = fd.message_type.full_name
+    if kind == "weft.v1.Payload":
+        return converter.decode(value)
+    if kind == "google.protobuf.Duration":
+        return value.ToTimedelta().total_seconds()
+    if kind == "google.protobuf.Timestamp":
+        return rfc3339(value.ToDatetime(tzinfo=UTC))
+    return message_to_dict(value, converter)

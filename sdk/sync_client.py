@@ -1,0 +1,193 @@
+"""`Client`: the blocking face of `AsyncClient`.
+
+It owns an event loop on a daemon thread and runs every call of its
+`AsyncClient` there, so it works the same from scripts, threads, sync
+activities, and code that already runs an event loop.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import threading
+from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
+from datetime import timedelta
+from typing import Any, Literal, TypeVar
+
+from sdk.client import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, AsyncClient
+from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.events import Event
+from sdk.retry import DEFAULT_RETRY, RetryPolicy
+from sdk.workflows import WorkflowDescription, WorkflowInfo, WorkflowRun
+
+T = TypeVar("T")
+
+
+class Client:
+    """A blocking connection to a Weft server; see `AsyncClient` for each call."""
+
+    def __init__(
+        self,
+        address: str = DEFAULT_ADDRESS,
+        *,
+        namespace: str = DEFAULT_NAMESPACE,
+        identity: str | None = None,
+        converter: PayloadConverter = DEFAULT_CONVERTER,
+        retry: RetryPolicy = DEFAULT_RETRY,
+    ) -> None:
+        self.aio = AsyncClient(
+            address, namespace=namespace, identity=identity, converter=converter, retry=retry
+        )
+        self.loop = asyncio.new_event_loop()
+        self._thread = threading.Thread(
+            target=self.loop.run_forever, name="weft-client", daemon=True
+        )
+        self._thread.start()
+
+    @property
+    def namespace(self) -> str:
+        return self.aio.namespace
+
+    @property
+    def address(self) -> str:
+        return self.aio.address
+
+    def __enter__(self) -> Client:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        if self.loop.is_closed():
+            return
+        self.run(self.aio.close())
+        self.loop.call_soon_threadsafe(self.loop.stop)
+        self._thread.join()
+        self.loop.close()
+
+    def run(self, coro: Coroutine[Any, Any, T]) -> T:
+        """Run a coroutine on the client's loop and wait for it."""
+        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+
+    # -- the calls ---------------------------------------------------------------------
+
+    def start_workflow(
+        self,
+        workflow_type: str,
+        input: Any = None,
+        *,
+        workflow_id: str | None = None,
+        version: str = "",
+        task_list: str = "",
+        execution_timeout: timedelta | None = None,
+        decider_timeout: timedelta | None = None,
+        request_id: str | None = None,
+    ) -> WorkflowRun:
+        return self.run(
+            self.aio.start_workflow(
+                workflow_type,
+                input,
+                workflow_id=workflow_id,
+                version=version,
+                task_list=task_list,
+                execution_timeout=execution_timeout,
+                decider_timeout=decider_timeout,
+                request_id=request_id,
+            )
+        )
+
+    def signal_with_start(
+        self,
+        workflow_type: str,
+        signal_name: str,
+        signal_input: Any = None,
+        *,
+        workflow_id: str,
+        input: Any = None,
+        version: str = "",
+        task_list: str = "",
+        execution_timeout: timedelta | None = None,
+        decider_timeout: timedelta | None = None,
+        request_id: str | None = None,
+    ) -> WorkflowRun:
+        return self.run(
+            self.aio.signal_with_start(
+                workflow_type,
+                signal_name,
+                signal_input,
+                workflow_id=workflow_id,
+                input=input,
+                version=version,
+                task_list=task_list,
+                execution_timeout=execution_timeout,
+                decider_timeout=decider_timeout,
+                request_id=request_id,
+            )
+        )
+
+    def signal(
+        self,
+        workflow_id: str,
+        signal_name: str,
+        input: Any = None,
+        *,
+        run_id: str = "",
+        request_id: str | None = None,
+    ) -> None:
+        self.run(
+            self.aio.signal(workflow_id, signal_name, input, run_id=run_id, request_id=request_id)
+        )
+
+    def cancel(
+        self, workflow_id: str, *, run_id: str = "", reason: str = "", request_id: str | None = None
+    ) -> None:
+        self.run(self.aio.cancel(workflow_id, run_id=run_id, reason=reason, request_id=request_id))
+
+    def terminate(
+        self, workflow_id: str, *, run_id: str = "", reason: str = "", details: Any = None
+    ) -> None:
+        self.run(self.aio.terminate(workflow_id, run_id=run_id, reason=reason, details=details))
+
+    def describe(self, workflow_id: str, *, run_id: str = "") -> WorkflowDescription:
+        return self.run(self.aio.describe(workflow_id, run_id=run_id))
+
+    def history(self, workflow_id: str, *, run_id: str = "") -> list[Event]:
+        return self.run(self.aio.history(workflow_id, run_id=run_id))
+
+    def iter_history(
+        self, workflow_id: str, *, run_id: str = "", follow: bool = False, page_size: int = 0
+    ) -> Iterator[Event]:
+        events: AsyncGenerator[Event] = self.aio.iter_history(
+            workflow_id, run_id=run_id, follow=follow, page_size=page_size
+        )
+        try:
+            while True:
+                try:
+                    yield self.run(_next(events))
+                except StopAsyncIteration:
+                    return
+        finally:
+            self.run(events.aclose())
+
+    def list(
+        self,
+        *,
+        status: Literal["open", "closed"] | None = None,
+        workflow_type: str = "",
+        workflow_id: str = "",
+        limit: int = 100,
+    ) -> list[WorkflowInfo]:
+        return self.run(
+            self.aio.list(
+                status=status, workflow_type=workflow_type, workflow_id=workflow_id, limit=limit
+            )
+        )
+
+    def result(
+        self, workflow_id: str, *, run_id: str = "", timeout: timedelta | None = None
+    ) -> Any:
+        return self.run(self.aio.result(workflow_id, run_id=run_id, timeout=timeout))
+
+
+async def _next(events: AsyncIterator[T]) -> T:
+    return await anext(events)

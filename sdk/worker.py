@@ -1,0 +1,234 @@
+"""What the activity and decider workers share: poll loops on several task lists
+under a bound on concurrent tasks, and a graceful shutdown.
+
+Shutdown stops polling, lets tasks in flight finish within the grace period,
+then cancels what is left. SIGTERM and SIGINT start it when the worker runs
+with `run()` in the main thread; a second signal skips the grace period.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import signal
+import threading
+from collections.abc import Sequence
+from datetime import timedelta
+from typing import Any
+
+import structlog
+
+from sdk.client import AsyncClient
+from sdk.errors import UnavailableError, WeftError
+from sdk.sync_client import Client
+
+log = structlog.get_logger("weft.worker")
+
+DEFAULT_GRACE = timedelta(seconds=30)
+# After a failed poll (server unreachable past the client's retry budget, or a
+# refusal), wait this long before polling again.
+POLL_BACKOFF = 1.0
+
+
+class Worker:
+    """Base of `ActivityWorker` and `DeciderWorker`; not used on its own."""
+
+    kind = "task"
+
+    def __init__(
+        self,
+        client: Client | AsyncClient,
+        *,
+        task_lists: Sequence[str],
+        concurrency: int,
+        identity: str | None,
+        grace: timedelta,
+        pollers: int | None,
+    ) -> None:
+        if not task_lists:
+            raise ValueError("a worker needs at least one task list")
+        if concurrency < 1:
+            raise ValueError("concurrency must be at least 1")
+        self._sync = client if isinstance(client, Client) else None
+        self.client: AsyncClient = client.aio if isinstance(client, Client) else client
+        self.task_lists = list(dict.fromkeys(task_lists))
+        self.concurrency = concurrency
+        self.identity = identity or self.client.identity
+        self.grace = grace
+        # More than one poll per task list keeps a busy list fed while a task's
+        # answer is on its way; never more polls than free slots.
+        self.pollers = pollers or min(concurrency, 2)
+        self.abandoned = 0
+        self._loop: asyncio.AbstractEventLoop | None = None
+        self._stop: asyncio.Event | None = None
+        self._force: asyncio.Event | None = None
+        self._background: asyncio.Future[None] | None = None
+        self._running: concurrent.futures.Future[None] | None = None
+        self._started = threading.Event()
+        self._stop_requests = 0
+
+    # -- running --------------------------------------------------------------------
+
+    def run(self) -> None:
+        """Run until `shutdown()` or SIGTERM/SIGINT, then shut down gracefully."""
+        restore = self._install_signal_handlers()
+        try:
+            if self._sync is not None:
+                asyncio.run_coroutine_threadsafe(self.run_async(), self._sync.loop).result()
+            else:
+                asyncio.run(self.run_async())
+        finally:
+            for sig, previous in restore.items():
+                signal.signal(sig, previous)
+
+    async def run_async(self) -> None:
+        """Run on the current event loop until `shutdown()`."""
+        self._loop = asyncio.get_running_loop()
+        self._stop, self._force = asyncio.Event(), asyncio.Event()
+        for _ in range(self._stop_requests):
+            self._request_stop()
+        self._started.set()
+        slots = asyncio.Semaphore(self.concurrency)
+        in_flight: set[asyncio.Task[None]] = set()
+        pollers = [
+            asyncio.create_task(self._poll_loop(task_list, slots, in_flight))
+            for task_list in self.task_lists
+            for _ in range(self.pollers)
+        ]
+        log.info(
+            "worker.started",
+            kind=self.kind,
+            task_lists=self.task_lists,
+            identity=self.identity,
+            concurrency=self.concurrency,
+        )
+        try:
+            await self._stop.wait()
+        finally:
+            for poller in pollers:
+                poller.cancel()
+            await asyncio.gather(*pollers, return_exceptions=True)
+            await self._drain(in_flight)
+            log.info("worker.stopped", kind=self.kind, identity=self.identity)
+
+    def shutdown(self) -> None:
+        """Stop polling and finish (thread-safe). Calling it twice skips the grace."""
+        self._stop_requests += 1
+        loop = self._loop
+        if loop is not None and not loop.is_closed():
+            loop.call_soon_threadsafe(self._request_stop)
+
+    def _request_stop(self) -> None:
+        assert self._stop is not None and self._force is not None
+        if self._stop.is_set():
+            self._force.set()
+        self._stop.set()
+
+    async def _drain(self, in_flight: set[asyncio.Task[None]]) -> None:
+        if not in_flight:
+            return
+        assert self._force is not None
+        log.info("worker.draining", kind=self.kind, in_flight=len(in_flight), grace=str(self.grace))
+        forced = asyncio.create_task(self._force.wait())
+        pending = await self._wait_in_flight(in_flight, forced)
+        forced.cancel()
+        left = list(pending)
+        if left:
+            self.abandoned = len(left)
+            log.warning("worker.abandoning", kind=self.kind, tasks=len(left))
+            for task in left:
+                task.cancel()
+            await asyncio.wait(left, timeout=5)
+
+    async def _wait_in_flight(
+        self, in_flight: set[asyncio.Task[None]], forced: asyncio.Task[Any]
+    ) -> set[asyncio.Future[Any]]:
+        """Wait for the tasks in flight, up to the grace period or a second stop."""
+        loop = asyncio.get_running_loop()
+        deadline = loop.time() + self.grace.total_seconds()
+        pending: set[asyncio.Future[Any]] = set(in_flight)
+        while pending and not forced.done():
+            remaining = deadline - loop.time()
+            if remaining <= 0:
+                break
+            _, pending = await asyncio.wait(
+                {*pending, forced}, timeout=remaining, return_when=asyncio.FIRST_COMPLETED
+            )
+            pending.discard(forced)
+        return pending
+
+    # -- the poll loop ----------------------------------------------------------------
+
+    async def _poll_loop(
+        self, task_list: str, slots: asyncio.Semaphore, in_flight: set[asyncio.Task[None]]
+    ) -> None:
+        while True:
+            await slots.acquire()
+            try:
+                task = await self._poll(task_list)
+            except UnavailableError as exc:
+                slots.release()
+                log.warning("poll.unavailable", task_list=task_list, error=exc.message)
+                await asyncio.sleep(POLL_BACKOFF)
+                continue
+            except WeftError as exc:
+                slots.release()
+                log.error("poll.failed", task_list=task_list, error=exc.message)
+                await asyncio.sleep(POLL_BACKOFF)
+                continue
+            except BaseException:
+                slots.release()
+                raise
+            if task is None:
+                slots.release()
+                continue
+            running = asyncio.create_task(self._handle(task))
+            in_flight.add(running)
+            running.add_done_callback(in_flight.discard)
+            running.add_done_callback(lambda _: slots.release())
+
+    async def _poll(self, task_list: str) -> Any:
+        raise NotImplementedError
+
+    async def _handle(self, task: Any) -> None:
+        raise NotImplementedError
+
+    # -- background use (tests, embedding) -----------------------------------------------
+
+    def __enter__(self) -> Worker:
+        """Run in the background of a sync `Client`'s loop until the block ends."""
+        if self._sync is None:
+            raise TypeError("use `async with` for a worker on an AsyncClient")
+        running = asyncio.run_coroutine_threadsafe(self.run_async(), self._sync.loop)
+        self._running = running
+        while not self._started.wait(0.05):
+            if running.done():
+                running.result()  # it failed to start: raise why
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+        if self._running is not None:
+            self._running.result()
+
+    async def __aenter__(self) -> Worker:
+        """Run as a task of the current loop until the block ends."""
+        self._background = asyncio.ensure_future(self.run_async())
+        while not self._started.is_set():
+            if self._background.done():
+                self._background.result()
+            await asyncio.sleep(0)
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.shutdown()
+        if self._background is not None:
+            await self._background
+
+    def _install_signal_handlers(self) -> dict[int, Any]:
+        if threading.current_thread() is not threading.main_thread():
+            return {}
+        previous: dict[int, Any] = {}
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, lambda *_: self.shutdown())
+        return previous

@@ -1,0 +1,173 @@
+"""What the client returns about workflows: plain frozen dataclasses built from
+the server's messages, so callers never touch generated code."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+from google.protobuf.timestamp_pb2 import Timestamp
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
+from sdk.converter import PayloadConverter
+from sdk.events import rfc3339
+
+
+@dataclass(frozen=True)
+class WorkflowRun:
+    """A started run. `started` is False when signal-with-start found it already open."""
+
+    workflow_id: str
+    run_id: str
+    started: bool = True
+
+
+@dataclass(frozen=True)
+class WorkflowInfo:
+    workflow_id: str
+    run_id: str
+    workflow_type: str
+    version: str
+    task_list: str
+    status: str  # open, completed, failed, canceled, terminated, continued_as_new, timed_out
+    start_time: datetime | None
+    close_time: datetime | None
+    history_length: int
+    continued_from_run_id: str = ""
+
+    @classmethod
+    def from_proto(cls, msg: c.WorkflowExecutionInfo) -> WorkflowInfo:
+        return cls(
+            workflow_id=msg.execution.workflow_id,
+            run_id=msg.execution.run_id,
+            workflow_type=msg.workflow_type.name,
+            version=msg.workflow_type.version,
+            task_list=msg.task_list,
+            status=status_name(msg.status),
+            start_time=_time(msg, "start_time"),
+            close_time=_time(msg, "close_time"),
+            history_length=msg.history_length,
+            continued_from_run_id=msg.continued_from_run_id,
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "workflow_id": self.workflow_id,
+            "run_id": self.run_id,
+            "workflow_type": self.workflow_type,
+            "version": self.version,
+            "task_list": self.task_list,
+            "status": self.status,
+            "start_time": rfc3339(self.start_time) if self.start_time else None,
+            "close_time": rfc3339(self.close_time) if self.close_time else None,
+            "history_length": self.history_length,
+            "continued_from_run_id": self.continued_from_run_id or None,
+        }
+
+
+@dataclass(frozen=True)
+class PendingActivity:
+    activity_id: str
+    activity_type: str
+    state: str
+    task_list: str
+    scheduled_event_id: int
+    started_event_id: int
+    identity: str
+    heartbeat_details: Any
+    last_heartbeat_time: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        out = dict(self.__dict__)
+        stamp = self.last_heartbeat_time
+        out["last_heartbeat_time"] = rfc3339(stamp) if stamp else None
+        return out
+
+
+@dataclass(frozen=True)
+class PendingTimer:
+    timer_id: str
+    started_event_id: int
+    fire_time: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        fire = self.fire_time
+        return {
+            "timer_id": self.timer_id,
+            "started_event_id": self.started_event_id,
+            "fire_time": rfc3339(fire) if fire else None,
+        }
+
+
+@dataclass(frozen=True)
+class WorkflowDescription:
+    """A run as it stands: its status, its decider, what it waits for."""
+
+    info: WorkflowInfo
+    decider_state: str
+    execution_timeout: timedelta
+    decider_timeout: timedelta
+    cancel_requested: bool
+    pending_activities: list[PendingActivity] = field(default_factory=list)
+    pending_timers: list[PendingTimer] = field(default_factory=list)
+
+    @property
+    def status(self) -> str:
+        return self.info.status
+
+    @classmethod
+    def from_proto(
+        cls, msg: s.DescribeWorkflowResponse, converter: PayloadConverter
+    ) -> WorkflowDescription:
+        return cls(
+            info=WorkflowInfo.from_proto(msg.info),
+            decider_state=msg.decider_state,
+            execution_timeout=msg.execution_timeout.ToTimedelta(),
+            decider_timeout=msg.decider_timeout.ToTimedelta(),
+            cancel_requested=msg.cancel_requested,
+            pending_activities=[
+                PendingActivity(
+                    activity_id=a.activity_id,
+                    activity_type=a.activity_type.name,
+                    state=a.state,
+                    task_list=a.task_list,
+                    scheduled_event_id=a.scheduled_event_id,
+                    started_event_id=a.started_event_id,
+                    identity=a.identity,
+                    heartbeat_details=converter.decode(a.heartbeat_details)
+                    if a.HasField("heartbeat_details")
+                    else None,
+                    last_heartbeat_time=_time(a, "last_heartbeat_time"),
+                )
+                for a in msg.pending_activities
+            ],
+            pending_timers=[
+                PendingTimer(t.timer_id, t.started_event_id, _time(t, "fire_time"))
+                for t in msg.pending_timers
+            ],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            **self.info.to_json(),
+            "decider_state": self.decider_state,
+            "execution_timeout": self.execution_timeout.total_seconds(),
+            "decider_timeout": self.decider_timeout.total_seconds(),
+            "cancel_requested": self.cancel_requested,
+            "pending_activities": [a.to_json() for a in self.pending_activities],
+            "pending_timers": [t.to_json() for t in self.pending_timers],
+        }
+
+
+def status_name(value: int) -> str:
+    name: str = c.WorkflowStatus.Name(value)  # type: ignore[arg-type]
+    return name.removeprefix("WORKFLOW_STATUS_").lower()
+
+
+def _time(msg: Any, name: str) -> datetime | None:
+    if not msg.HasField(name):
+        return None
+    stamp: Timestamp = getattr(msg, name)
+    return stamp.ToDatetime(tzinfo=UTC)
