@@ -221,6 +221,29 @@ class AsyncClient:
             req.details.CopyFrom(self.converter.encode(details))
         await self.rpc("TerminateWorkflow", req)
 
+    async def register_workflow_type(
+        self,
+        name: str,
+        *,
+        version: str = "",
+        default_task_list: str = "",
+        default_execution_timeout: timedelta | None = None,
+        default_decider_timeout: timedelta | None = None,
+        description: str = "",
+    ) -> None:
+        """Record a workflow type's defaults; registering again updates them."""
+        await self.rpc(
+            "RegisterWorkflowType",
+            s.RegisterWorkflowTypeRequest(
+                namespace=self.namespace,
+                workflow_type=c.WorkflowType(name=name, version=version),
+                default_task_list=default_task_list,
+                default_execution_timeout=duration(default_execution_timeout),
+                default_decider_timeout=duration(default_decider_timeout),
+                description=description,
+            ),
+        )
+
     # -- reading workflows --------------------------------------------------------------
 
     async def describe(self, workflow_id: str, *, run_id: str = "") -> WorkflowDescription:

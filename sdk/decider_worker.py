@@ -37,6 +37,10 @@ log = structlog.get_logger("weft.decider")
 TRACEBACK_CHARS = 16_000
 
 
+class UnknownWorkflowType(LookupError):
+    """No decider of this worker handles the task's workflow type."""
+
+
 class DeciderWorker(Worker):
     """Runs `Decider`s for the decision tasks on its task lists.
 
@@ -55,7 +59,9 @@ class DeciderWorker(Worker):
         identity: str | None = None,
         grace: timedelta = DEFAULT_GRACE,
         pollers: int | None = None,
+        register_types: bool = False,
     ) -> None:
+        self.register_types = register_types
         self.deciders: dict[tuple[str, str], Decider] = {}
         for decider in deciders:
             if not isinstance(decider, Decider):
@@ -73,6 +79,23 @@ class DeciderWorker(Worker):
             grace=grace,
             pollers=pollers,
         )
+
+    async def run_async(self) -> None:
+        if self.register_types:
+            await self._register_types()
+        await super().run_async()
+
+    async def _register_types(self) -> None:
+        """Register each decider's workflow type with its task list as the default,
+        so `weft start TYPE` needs no `--task-list` (registering replaces earlier
+        defaults of the same type and version)."""
+        for (name, version), decider in self.deciders.items():
+            if not decider.task_list:
+                continue
+            await self.client.register_workflow_type(
+                name, version=version, default_task_list=decider.task_list
+            )
+            log.info("decider.registered", workflow_type=name, task_list=decider.task_list)
 
     def decider_for(self, name: str, version: str) -> Decider | None:
         """The decider of this exact version, else the one that takes any version."""
@@ -113,7 +136,7 @@ class DeciderWorker(Worker):
         decider = self.decider_for(resp.workflow_type.name, resp.workflow_type.version)
         try:
             if decider is None:
-                raise LookupError(
+                raise UnknownWorkflowType(
                     f"no decider here for workflow type {resp.workflow_type.name!r}"
                     f" version {resp.workflow_type.version!r}"
                 )
@@ -175,17 +198,20 @@ class DeciderWorker(Worker):
         exc: Exception,
         where: dict[str, Any],
     ) -> None:
-        cause = "UNKNOWN_WORKFLOW_TYPE" if isinstance(exc, LookupError) else "DECIDER_EXCEPTION"
+        cause = (
+            "UNKNOWN_WORKFLOW_TYPE" if isinstance(exc, UnknownWorkflowType) else "DECIDER_EXCEPTION"
+        )
+        error = f"{type(exc).__name__}: {exc}"
         if _retrying_failure(task.history):
             log.error(
                 "decision.failed_again",
                 cause=cause,
-                error=str(exc),
+                error=error,
                 action="left to time out; retried at the decider timeout",
                 **where,
             )
             return
-        log.error("decision.failed", cause=cause, error=str(exc), **where)
+        log.error("decision.failed", cause=cause, error=error, **where)
         details = {
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
             "message": str(exc),

@@ -148,6 +148,27 @@ class Client:
     ) -> None:
         self.run(self.aio.terminate(workflow_id, run_id=run_id, reason=reason, details=details))
 
+    def register_workflow_type(
+        self,
+        name: str,
+        *,
+        version: str = "",
+        default_task_list: str = "",
+        default_execution_timeout: timedelta | None = None,
+        default_decider_timeout: timedelta | None = None,
+        description: str = "",
+    ) -> None:
+        self.run(
+            self.aio.register_workflow_type(
+                name,
+                version=version,
+                default_task_list=default_task_list,
+                default_execution_timeout=default_execution_timeout,
+                default_decider_timeout=default_decider_timeout,
+                description=description,
+            )
+        )
+
     def describe(self, workflow_id: str, *, run_id: str = "") -> WorkflowDescription:
         return self.run(self.aio.describe(workflow_id, run_id=run_id))
 

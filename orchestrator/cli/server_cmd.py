@@ -1,43 +1,19 @@
-"""The `weft` command line. This issue brings `weft server`; the client and
-worker commands join it with the SDK issue."""
+"""`weft server`: run an orchestrator node."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import sys
 from datetime import timedelta
 
 import click
 
+from orchestrator.cli.params import DURATION
 from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
-from sdk.durations import parse_duration
 
 
-class DurationType(click.ParamType):  # type: ignore[type-arg]
-    name = "duration"
-
-    def convert(
-        self, value: object, param: click.Parameter | None, ctx: click.Context | None
-    ) -> timedelta:
-        if isinstance(value, timedelta):
-            return value
-        try:
-            return parse_duration(str(value))
-        except ValueError as exc:
-            self.fail(str(exc), param, ctx)
-
-
-DURATION = DurationType()
-
-
-@click.group(context_settings={"help_option_names": ["-h", "--help"]})
-def main() -> None:
-    """Weft: event-sourced workflow orchestration."""
-
-
-@main.command()
+@click.command()
 @click.option(
     "--db",
     "db_url",
@@ -72,8 +48,6 @@ def server(
     db_url: str, listen: str, metrics_listen: str, long_poll: timedelta, log_level: str
 ) -> None:
     """Run an orchestrator node."""
-    # gRPC's C core logs its own copy of errors we already report in one line.
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     from orchestrator import logging as weft_logging
     from orchestrator.server import Server
 
@@ -105,7 +79,3 @@ async def _serve(node: object) -> None:
     await node.start()
     await stop.wait()
     await node.stop()
-
-
-if __name__ == "__main__":
-    main()

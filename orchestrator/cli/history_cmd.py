@@ -1,0 +1,56 @@
+"""`weft history`: a run's events as a table, or JSON, optionally followed live."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterable
+
+import click
+
+from orchestrator.cli.client import connect
+from orchestrator.cli.errors import reports_errors
+from orchestrator.cli.output import HISTORY_HEADERS, history_row, print_json, table
+from orchestrator.cli.params import json_option, server_options
+from sdk.events import Event
+
+
+@click.command()
+@click.argument("workflow_id")
+@click.option("--run-id", default="", help="a specific run (default: the latest)")
+@click.option("--follow", "-f", is_flag=True, help="stream new events until the run closes")
+@server_options
+@json_option
+@reports_errors
+def history(
+    workflow_id: str, run_id: str, follow: bool, address: str, namespace: str, as_json: bool
+) -> None:
+    """The event history of a workflow run.
+
+    With --json, one document {"workflow_id", "run_id", "events": [...]}; with
+    --json --follow, one JSON event per line as they happen.
+    """
+    with connect(address, namespace) as client:
+        if not run_id:
+            # Pin the run now, so a follow does not drift to a later run.
+            run_id = client.describe(workflow_id).info.run_id
+        events = client.iter_history(workflow_id, run_id=run_id, follow=follow)
+        if as_json and not follow:
+            doc = [e.to_json() for e in events]
+            print_json({"workflow_id": workflow_id, "run_id": run_id, "events": doc})
+        elif as_json:
+            for event in events:
+                click.echo(json.dumps(event.to_json(), ensure_ascii=False))
+        elif not follow:
+            click.echo(table(HISTORY_HEADERS, [history_row(e) for e in events]))
+        else:
+            _stream(events)
+
+
+def _stream(events: Iterable[Event]) -> None:
+    """Rows as they come: fixed column widths, since later rows are not known yet."""
+    widths = (5, 12, 24)
+    click.echo("  ".join(h.ljust(w) for h, w in zip(HISTORY_HEADERS, (*widths, 0), strict=True)))
+    for event in events:
+        row = history_row(event)
+        cells = [cell.ljust(w) for cell, w in zip(row, (*widths, 0), strict=True)]
+        click.echo("  ".join(cells).rstrip())

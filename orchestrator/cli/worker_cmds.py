@@ -1,0 +1,96 @@
+"""`weft runner` and `weft decider`: the worker processes."""
+
+from __future__ import annotations
+
+import sys
+from datetime import timedelta
+
+import click
+
+from orchestrator.cli.errors import EXIT_USAGE, fail
+from orchestrator.cli.params import DURATION, server_options
+
+
+@click.command()
+@click.argument("modules", nargs=-1, required=True)
+@click.option("--task-list", "task_lists", multiple=True, help="poll this task list (repeatable)")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
+@click.option("--identity", default="", help="how this runner appears in histories")
+@click.option(
+    "--grace", type=DURATION, default="30s", show_default=True, help="time to finish on SIGTERM"
+)
+@click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
+@server_options
+def runner(
+    modules: tuple[str, ...],
+    task_lists: tuple[str, ...],
+    concurrency: int,
+    identity: str,
+    grace: timedelta,
+    log_level: str,
+    address: str,
+    namespace: str,
+) -> None:
+    """Run the @activity functions found in MODULES (e.g. examples.order)."""
+    from orchestrator import logging as weft_logging
+    from workers import runner as process
+    from workers.loader import LoadError
+
+    weft_logging.configure(log_level)
+    config = process.RunnerConfig(
+        address=address,
+        namespace=namespace,
+        modules=modules,
+        task_lists=task_lists,
+        concurrency=concurrency,
+        identity=identity,
+        grace=grace,
+    )
+    try:
+        sys.exit(process.run(config))
+    except LoadError as exc:
+        fail("runner", str(exc), EXIT_USAGE)
+
+
+@click.command()
+@click.argument("modules", nargs=-1, required=True)
+@click.option("--task-list", "task_lists", multiple=True, help="poll this task list (repeatable)")
+@click.option("--concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True)
+@click.option("--identity", default="", help="how this decider appears in histories")
+@click.option(
+    "--grace", type=DURATION, default="10s", show_default=True, help="time to finish on SIGTERM"
+)
+@click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
+@server_options
+def decider(
+    modules: tuple[str, ...],
+    task_lists: tuple[str, ...],
+    concurrency: int,
+    identity: str,
+    grace: timedelta,
+    log_level: str,
+    address: str,
+    namespace: str,
+) -> None:
+    """Run the Decider classes found in MODULES (e.g. examples.order)."""
+    from orchestrator import logging as weft_logging
+    from workers import decider as process
+    from workers.loader import LoadError
+
+    weft_logging.configure(log_level)
+    config = process.DeciderConfig(
+        address=address,
+        namespace=namespace,
+        modules=modules,
+        task_lists=task_lists,
+        concurrency=concurrency,
+        identity=identity,
+        grace=grace,
+    )
+    try:
+        sys.exit(process.run(config))
+    except LoadError as exc:
+        fail("decider", str(exc), EXIT_USAGE)
+
+
+COMMANDS = (runner, decider)

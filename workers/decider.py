@@ -1,0 +1,66 @@
+"""`weft decider`: a decider process.
+
+It loads the user's modules, creates one instance of each `Decider` subclass it
+finds, and runs a `DeciderWorker` until SIGTERM or SIGINT. (The step-workflow
+interpreter joins it with the step language.)
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from datetime import timedelta
+
+import structlog
+
+from sdk.client import AsyncClient
+from sdk.decider_worker import DeciderWorker
+from workers.loader import LoadError, deciders_in, load
+from workers.runner import WORKER_RETRY
+
+log = structlog.get_logger("weft.decider")
+
+
+@dataclass(frozen=True)
+class DeciderConfig:
+    address: str
+    namespace: str
+    modules: tuple[str, ...]
+    task_lists: tuple[str, ...] = ()
+    concurrency: int = 8
+    identity: str = ""
+    grace: timedelta = timedelta(seconds=10)
+
+
+def build(config: DeciderConfig) -> DeciderWorker:
+    deciders = deciders_in(load(list(config.modules)))
+    if not deciders:
+        raise LoadError(f"no Decider subclasses in {', '.join(config.modules) or '(no modules)'}")
+    lists = config.task_lists or tuple(sorted({d.task_list for d in deciders if d.task_list}))
+    if not lists:
+        raise LoadError("no task list: give --task-list, or set task_list on the Decider")
+    client = AsyncClient(
+        config.address,
+        namespace=config.namespace,
+        identity=config.identity or None,
+        retry=WORKER_RETRY,
+    )
+    return DeciderWorker(
+        client,
+        deciders=deciders,
+        task_lists=lists,
+        concurrency=config.concurrency,
+        grace=config.grace,
+        register_types=True,
+    )
+
+
+def run(config: DeciderConfig) -> int:
+    worker = build(config)
+    log.info(
+        "decider.loaded",
+        workflow_types=sorted(f"{n}@{v}" if v else n for n, v in worker.deciders),
+        task_lists=worker.task_lists,
+        address=config.address,
+    )
+    worker.run()
+    return 0

@@ -1,0 +1,88 @@
+"""Find the user's `@activity` functions and `Decider` classes in their modules.
+
+Modules are named as for `import` (`examples.order`, found from the current
+directory first) or given as a path to a `.py` file.
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import inspect
+import os
+import sys
+from pathlib import Path
+from types import ModuleType
+
+from sdk.activity import ActivityDefinition
+from sdk.decider import Decider
+
+
+class LoadError(Exception):
+    """A module could not be loaded, or holds nothing to run."""
+
+
+def import_module(name: str) -> ModuleType:
+    if name.endswith(".py") or os.sep in name:
+        return _import_path(Path(name))
+    cwd = os.getcwd()
+    if cwd not in sys.path:
+        sys.path.insert(0, cwd)
+    try:
+        return importlib.import_module(name)
+    except ModuleNotFoundError as exc:
+        if exc.name and name.startswith(exc.name):
+            raise LoadError(f"cannot import {name}: no module named {exc.name!r}") from None
+        raise LoadError(f"cannot import {name}: {exc}") from exc
+    except Exception as exc:
+        raise LoadError(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
+
+
+def _import_path(path: Path) -> ModuleType:
+    if not path.is_file():
+        raise LoadError(f"cannot import {path}: no such file")
+    spec = importlib.util.spec_from_file_location(path.stem, path)
+    if spec is None or spec.loader is None:
+        raise LoadError(f"cannot import {path}: not a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:
+        raise LoadError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
+    return module
+
+
+def activities_in(modules: list[ModuleType]) -> list[ActivityDefinition]:
+    found: dict[int, ActivityDefinition] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if isinstance(value, ActivityDefinition):
+                found[id(value)] = value
+    return list(found.values())
+
+
+def deciders_in(modules: list[ModuleType]) -> list[Decider]:
+    """One instance of each concrete `Decider` subclass (one whose `decide` is written)."""
+    classes: dict[int, type[Decider]] = {}
+    for module in modules:
+        for value in vars(module).values():
+            if (
+                inspect.isclass(value)
+                and issubclass(value, Decider)
+                and value is not Decider
+                and value.decide is not Decider.decide
+                and not inspect.isabstract(value)
+            ):
+                classes[id(value)] = value
+    out = []
+    for cls in classes.values():
+        try:
+            out.append(cls())
+        except Exception as exc:
+            raise LoadError(f"cannot create {cls.__qualname__}(): {exc}") from exc
+    return out
+
+
+def load(names: list[str]) -> list[ModuleType]:
+    return [import_module(name) for name in names]
