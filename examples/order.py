@@ -23,7 +23,7 @@ import uuid
 from datetime import timedelta
 from typing import Any
 
-from sdk import Decider, DecisionTask, NonRetryableError, activity
+from sdk import ActivityCancelledError, Decider, DecisionTask, NonRetryableError, activity
 from sdk.activity import ActivityDefinition
 
 ATTEMPTS = 3
@@ -49,7 +49,7 @@ def charge_card(order: dict[str, Any]) -> dict[str, Any]:
     while time.monotonic() < deadline:
         activity.heartbeat({"waiting_for": "processor"})
         if activity.is_cancelled():
-            raise RuntimeError("charge abandoned: the order was canceled")
+            raise ActivityCancelledError("charge abandoned: the order was canceled")
         time.sleep(0.1)
     return {"charge": f"CH-{uuid.uuid4().hex[:8]}", "amount": order.get("amount", 0)}
 

@@ -118,5 +118,7 @@ class ServiceBase:
                 break
             await wait(woken, min(remaining, RECHECK))
         nxt = events[-1].event_id + 1 if events else first_id
-        # A closed run's length is final, so "more" is exact once it is closed.
-        return events, state.is_open or nxt < state.next_event_id
+        # A follower (wait_new) is handed a token while the run is open, to wait on;
+        # a plain read ends at the history as it stands. A closed run's length is
+        # final, so "more" is exact once it is closed.
+        return events, (wait_new and state.is_open) or nxt < state.next_event_id

@@ -197,10 +197,16 @@ async def test_history_paging(stub: sg.WorkflowServiceStub) -> None:
     assert [len(p) for p in pages] == [2, 2, 2, 2, 1]
     assert [e for p in pages for e in p] == full
 
-    # An open run always gives a token, so a follower can ask for what comes next.
+    # A plain read of an open run ends at the history as it stands; a follower
+    # (wait_new_event) is given a token while the run is open, to ask for what comes next.
     other = Driver(stub)
     await other.start()
     resp = await stub.GetWorkflowHistory(s.GetWorkflowHistoryRequest(execution=execution(other)))
+    assert len(resp.events) == 2
+    assert not resp.next_page_token
+    resp = await stub.GetWorkflowHistory(
+        s.GetWorkflowHistoryRequest(execution=execution(other), wait_new_event=True)
+    )
     assert len(resp.events) == 2
     assert resp.next_page_token
     await signal(other)

@@ -1,0 +1,86 @@
+"""`weft runner` / `weft decider` as real subprocesses, next to `ServerProcess`."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from tests.serverproc import WEFT
+
+REPO = Path(__file__).resolve().parent.parent
+
+
+class WorkerProcess:
+    """One `weft runner|decider ARGS…` process, its output in a log file."""
+
+    def __init__(self, kind: str, args: list[str], address: str, log_dir: Path, name: str) -> None:
+        self.kind = kind
+        self.args = args
+        self.address = address
+        self.name = name
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self) -> WorkerProcess:
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                [
+                    str(WEFT),
+                    self.kind,
+                    "--address",
+                    self.address,
+                    "--identity",
+                    self.name,
+                    *self.args,
+                ],
+                cwd=REPO,  # so `examples.order` imports as it does for a user in the repo
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+            )
+        return self
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def kill9(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGKILL)
+        self.proc.wait(timeout=10)
+
+    def sigterm(self) -> None:
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+
+    async def wait_exit(self, timeout: float = 30.0) -> int:
+        assert self.proc is not None
+        return await asyncio.to_thread(self.proc.wait, timeout)
+
+    def stop(self) -> None:
+        """Fixture clean-up: SIGTERM, then SIGKILL if it hangs."""
+        if not self.running:
+            return
+        assert self.proc is not None
+        self.proc.send_signal(signal.SIGTERM)
+        try:
+            self.proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            self.proc.send_signal(signal.SIGKILL)
+            self.proc.wait(timeout=10)
+
+    def log(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def log_tail(self, lines: int = 30) -> str:
+        tail = "\n".join(self.log().splitlines()[-lines:])
+        return f"--- {self.log_path} ---\n{tail}"
