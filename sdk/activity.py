@@ -63,6 +63,8 @@ class ActivityDefinition:
                 raise TypeError(f"{self.name}() got unexpected input fields: {', '.join(unknown)}")
             return [], {k: converter.from_json(v, hints[k]) for k, v in value.items()}
         if isinstance(value, list):
+            if len(value) > len(params):
+                raise TypeError(f"{self.name}() takes {len(params)} arguments, not {len(value)}")
             return [converter.from_json(v, params[i][1]) for i, v in enumerate(value)], {}
         raise TypeError(
             f"{self.name}() takes {len(params)} arguments: give its input as an object or a list"

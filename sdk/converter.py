@@ -79,6 +79,8 @@ class PayloadConverter:
                 except (TypeError, ValueError):
                     continue
             return value
+        if origin is tuple and isinstance(value, list) and args and args[-1] is not Ellipsis:
+            return tuple(self.from_json(v, t) for v, t in zip(value, args, strict=False))
         if origin in (list, set, frozenset, tuple) and isinstance(value, list):
             item = args[0] if args else Any
             items = [self.from_json(v, item) for v in value]

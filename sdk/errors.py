@@ -9,9 +9,16 @@ status code; their `status` is None.
 
 from __future__ import annotations
 
+import inspect
 from typing import Any, ClassVar
 
 import grpc
+
+
+def _summary(cls: type) -> str:
+    """A class's default message: the first paragraph of its docstring."""
+    doc = inspect.cleandoc(cls.__doc__ or "") or cls.__name__
+    return " ".join(doc.split("\n\n")[0].split())
 
 
 class WeftError(Exception):
@@ -20,7 +27,7 @@ class WeftError(Exception):
     status: ClassVar[grpc.StatusCode | None] = grpc.StatusCode.UNKNOWN
 
     def __init__(self, message: str | None = None) -> None:
-        super().__init__(message or (type(self).__doc__ or type(self).__name__).strip())
+        super().__init__(message or _summary(type(self)))
 
     @property
     def message(self) -> str:
@@ -141,14 +148,16 @@ class WorkflowOutcomeError(WeftError):
         reason: str = "",
         details: Any = None,
     ) -> None:
-        what = (type(self).__doc__ or "").strip().rstrip(".")
-        super().__init__(
-            f"workflow {workflow_id} ({run_id}): {what}{': ' + reason if reason else ''}"
-        )
+        what = _summary(type(self)).removeprefix("The workflow ").rstrip(".")
+        because = f": {reason}" if reason else ""
+        super().__init__(f"workflow {workflow_id} ({run_id}) {what}{because}")
         self.workflow_id = workflow_id
         self.run_id = run_id
         self.reason = reason
         self.details = details
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (type(self), (self.workflow_id, self.run_id, self.reason, self.details))
 
 
 class WorkflowFailedError(WorkflowOutcomeError):

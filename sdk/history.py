@@ -149,6 +149,7 @@ def _activity_schedule_failed(view: RunView, _: _Scheduled, e: Event) -> None:
         return  # refused as a duplicate of the open attempt, which carries on
     act.activity_type = e.get("activity_type", {}).get("name", act.activity_type)
     act.status = "failed"
+    act.result = None
     act.failure = Failure(e.get("cause", ""))
     view.activities[act_id] = act
 

@@ -30,7 +30,7 @@ class Delays:
 
     def __init__(self, policy: RetryPolicy) -> None:
         self._policy = policy
-        self._next = policy.initial.total_seconds()
+        self._next = min(policy.initial, policy.maximum).total_seconds()
         self.elapsed = 0.0
 
     def next(self) -> float | None:

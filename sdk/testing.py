@@ -211,7 +211,16 @@ def task_for(history: list[Event], started_event_id: int | None = None) -> Decis
     at = started_event_id if started_event_id is not None else starts[-1]
     if at not in starts:
         raise ValueError(f"event {at} is not a DeciderStarted")
-    previous = max((s for s in starts if s < at), default=0)
+    # As the server counts it: the start of the last task that completed, not
+    # of one that timed out or failed.
+    previous = max(
+        (
+            e.get("started_event_id", 0)
+            for e in history
+            if e.type == "DeciderCompleted" and e.event_id < at
+        ),
+        default=0,
+    )
     first = history[0]
     kind = first.get("workflow_type", {}) if first.type == "WorkflowStarted" else {}
     return DecisionTask(

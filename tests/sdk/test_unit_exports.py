@@ -1,0 +1,147 @@
+"""The SDK's public surface: `sdk.__all__` is pinned, and the CONTRACT names are there."""
+
+from __future__ import annotations
+
+import importlib
+
+import pytest
+
+import sdk
+
+EXPECTED_ALL = [
+    "AbortedError",
+    "ActivityCancelledError",
+    "ActivityDefinition",
+    "ActivityFailure",
+    "ActivityInfo",
+    "ActivityState",
+    "ActivityWorker",
+    "AlreadyExistsError",
+    "AsyncClient",
+    "Client",
+    "DeadlineExceededError",
+    "Decider",
+    "DeciderWorker",
+    "Decision",
+    "DecisionTask",
+    "Event",
+    "FailedPreconditionError",
+    "Failure",
+    "InternalError",
+    "InvalidArgumentError",
+    "Marker",
+    "NonDeterminismError",
+    "NonRetryableError",
+    "NotFoundError",
+    "PayloadConverter",
+    "PendingActivity",
+    "PendingTimer",
+    "PermissionDeniedError",
+    "ResourceExhaustedError",
+    "RetryPolicy",
+    "Signal",
+    "TimerState",
+    "UnauthenticatedError",
+    "UnavailableError",
+    "WeftError",
+    "WorkflowCanceledError",
+    "WorkflowDescription",
+    "WorkflowFailedError",
+    "WorkflowInfo",
+    "WorkflowOutcomeError",
+    "WorkflowRun",
+    "WorkflowTerminatedError",
+    "WorkflowTimedOutError",
+    "activity",
+]
+
+CONTRACT_NAMES = [
+    "Client",
+    "AsyncClient",
+    "Decider",
+    "DecisionTask",
+    "activity",
+    "ActivityWorker",
+    "DeciderWorker",
+]
+
+# Where each CONTRACT name is defined: the re-export must be that very object.
+DEFINED_IN = {
+    "Client": "sdk.sync_client",
+    "AsyncClient": "sdk.client",
+    "Decider": "sdk.decider",
+    "DecisionTask": "sdk.decider",
+    "activity": "sdk.activity",
+    "ActivityWorker": "sdk.activity_worker",
+    "DeciderWorker": "sdk.decider_worker",
+    "PayloadConverter": "sdk.converter",
+    "Event": "sdk.events",
+    "RetryPolicy": "sdk.retry",
+    "WeftError": "sdk.errors",
+    "NonDeterminismError": "sdk.errors",
+    "ActivityState": "sdk.history",
+    "WorkflowRun": "sdk.workflows",
+}
+
+
+def test_all_is_exactly_the_pinned_list() -> None:
+    assert list(sdk.__all__) == EXPECTED_ALL
+
+
+def test_all_is_sorted_and_has_no_duplicates() -> None:
+    assert sorted(sdk.__all__) == list(sdk.__all__)
+    assert len(set(sdk.__all__)) == len(sdk.__all__)
+
+
+@pytest.mark.parametrize("name", EXPECTED_ALL)
+def test_every_exported_name_is_importable(name: str) -> None:
+    namespace: dict[str, object] = {}
+    exec(f"from sdk import {name}", namespace)
+    assert namespace[name] is getattr(sdk, name)
+
+
+def test_star_import_gives_exactly_all() -> None:
+    namespace: dict[str, object] = {}
+    exec("from sdk import *", namespace)
+    namespace.pop("__builtins__")
+    assert sorted(namespace) == EXPECTED_ALL
+
+
+@pytest.mark.parametrize("name", CONTRACT_NAMES)
+def test_contract_names_are_exported(name: str) -> None:
+    assert name in sdk.__all__
+    assert getattr(sdk, name) is not None
+
+
+def test_contract_import_line_works() -> None:
+    namespace: dict[str, object] = {}
+    exec(
+        "from sdk import Client, AsyncClient, Decider, DecisionTask, activity, "
+        "ActivityWorker, DeciderWorker",
+        namespace,
+    )
+    assert {n for n in namespace if n != "__builtins__"} == set(CONTRACT_NAMES)
+
+
+@pytest.mark.parametrize(("name", "module"), sorted(DEFINED_IN.items()))
+def test_reexports_are_the_defining_objects(name: str, module: str) -> None:
+    assert getattr(sdk, name) is getattr(importlib.import_module(module), name)
+
+
+@pytest.mark.parametrize(
+    "name",
+    [n for n in EXPECTED_ALL if n.endswith("Error") or n == "ActivityFailure"],
+)
+def test_every_exported_error_is_a_weft_error(name: str) -> None:
+    cls = getattr(sdk, name)
+    assert isinstance(cls, type)
+    assert issubclass(cls, sdk.WeftError)
+
+
+def test_exported_classes_are_classes_and_activity_is_the_decorator() -> None:
+    for name in EXPECTED_ALL:
+        if name == "activity":
+            continue
+        assert isinstance(getattr(sdk, name), type), name
+    assert callable(sdk.activity)
+    assert type(sdk.activity).__name__ == "_Activity"
