@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run test lint typecheck proto proto-check clean
+.PHONY: run workers test lint typecheck proto proto-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -15,6 +15,14 @@ $(STAMP): pyproject.toml
 
 run: $(STAMP)
 	$(BIN)/weft server
+
+# The order example's worker processes: its decider, a runner for `orders` and
+# one for the card charges on `pci`. Ctrl-C reaches all three; each drains, then exits.
+workers: $(STAMP)
+	$(BIN)/weft decider examples.order & \
+	$(BIN)/weft runner --task-list orders examples.order & \
+	$(BIN)/weft runner --task-list pci --identity pci-runner examples.order & \
+	wait
 
 test: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py --check

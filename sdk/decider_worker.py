@@ -80,10 +80,9 @@ class DeciderWorker(Worker):
             pollers=pollers,
         )
 
-    async def run_async(self) -> None:
+    async def _prepare(self) -> None:
         if self.register_types:
             await self._register_types()
-        await super().run_async()
 
     async def _register_types(self) -> None:
         """Register each decider's workflow type with its task list as the default,

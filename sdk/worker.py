@@ -12,7 +12,7 @@ import asyncio
 import concurrent.futures
 import signal
 import threading
-from collections.abc import Sequence
+from collections.abc import Coroutine, Sequence
 from datetime import timedelta
 from typing import Any
 
@@ -88,6 +88,9 @@ class Worker:
         for _ in range(self._stop_requests):
             self._request_stop()
         self._started.set()
+        if not await self._until_stopped(self._prepare()):
+            log.info("worker.stopped", kind=self.kind, identity=self.identity)
+            return
         slots = asyncio.Semaphore(self.concurrency)
         in_flight: set[asyncio.Task[None]] = set()
         pollers = [
@@ -110,6 +113,23 @@ class Worker:
             await asyncio.gather(*pollers, return_exceptions=True)
             await self._drain(in_flight)
             log.info("worker.stopped", kind=self.kind, identity=self.identity)
+
+    async def _prepare(self) -> None:
+        """Work before polling starts (a subclass hook); a shutdown interrupts it."""
+
+    async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> bool:
+        """Run `work` unless a shutdown comes first; True when it finished."""
+        assert self._stop is not None
+        task = asyncio.ensure_future(work)
+        stopped = asyncio.ensure_future(self._stop.wait())
+        await asyncio.wait({task, stopped}, return_when=asyncio.FIRST_COMPLETED)
+        stopped.cancel()
+        if not task.done():
+            task.cancel()
+            await asyncio.gather(task, return_exceptions=True)
+            return False
+        task.result()
+        return True
 
     def shutdown(self) -> None:
         """Stop polling and finish (thread-safe). Calling it twice skips the grace."""

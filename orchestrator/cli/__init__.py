@@ -10,6 +10,10 @@ from __future__ import annotations
 import os
 import sys
 
+# gRPC's C core logs its own copy of errors we report in one line; it reads this
+# when grpc is first imported, which the commands below do.
+os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+
 import click
 
 from orchestrator.cli import server_cmd, worker_cmds, workflow_cmds
@@ -31,8 +35,6 @@ for command in (*workflow_cmds.COMMANDS, *worker_cmds.COMMANDS):
 
 def main(argv: list[str] | None = None) -> None:
     """The console script: run a command, turning usage errors into one line."""
-    # gRPC's C core logs its own copy of errors we already report in one line.
-    os.environ.setdefault("GRPC_VERBOSITY", "NONE")
     try:
         code = cli.main(args=argv, prog_name="weft", standalone_mode=False)
     except click.UsageError as exc:
