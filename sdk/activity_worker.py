@@ -16,6 +16,8 @@ import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, timedelta
+from pathlib import Path
+from types import TracebackType
 from typing import Any
 
 import structlog
@@ -223,7 +225,7 @@ def failure_of(exc: BaseException) -> tuple[str, dict[str, Any], bool]:
         reason, extra, non_retryable = exc.reason, exc.details, exc.non_retryable
     else:
         reason, extra, non_retryable = type(exc).__name__, None, False
-    trace = "".join(traceback.format_exception(exc))
+    trace = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
     details: dict[str, Any] = {
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
         "message": str(exc),
@@ -232,6 +234,17 @@ def failure_of(exc: BaseException) -> tuple[str, dict[str, Any], bool]:
     if extra is not None:
         details["details"] = extra
     return reason, details, non_retryable
+
+
+_SDK_DIR = str(Path(__file__).resolve().parent)
+
+
+def _user_frames(tb: TracebackType | None) -> TracebackType | None:
+    """The traceback from the first frame outside the SDK: the worker's own frames
+    that call the activity say nothing about its failure."""
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SDK_DIR):
+        tb = tb.tb_next
+    return tb
 
 
 def _info(task: s.PollForActivityTaskResponse, namespace: str, task_list: str) -> ActivityInfo:
