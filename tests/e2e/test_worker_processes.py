@@ -11,6 +11,7 @@
 from __future__ import annotations
 
 import subprocess
+import sys
 from collections.abc import AsyncIterator, Iterator
 from datetime import timedelta
 from pathlib import Path
@@ -143,6 +144,19 @@ async def test_order_flow_routes_the_card_charge_to_the_pci_runner(
     charge = next(e for e in history if e.get("activity_id") == "charge")
     assert charge.get("task_list") == "pci"
     assert history[-1].type == "WorkflowSuccess"
+
+    # The other door: the carrier's own script (examples/carrier.py) signals an order.
+    second = await client.start_workflow("order", {"sku": "pen", "quantity": 1, "amount": 2})
+    carrier = subprocess.run(
+        [sys.executable, "-m", "examples.carrier", second.workflow_id, "--address", node.address],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert carrier.returncode == 0, carrier.stderr
+    delivered = await client.result(second.workflow_id, timeout=timedelta(seconds=30))
+    assert delivered["delivered"]["carrier"] == "ACME Parcels"
 
 
 async def test_a_runner_killed_mid_activity_times_out_and_the_retry_completes_elsewhere(
