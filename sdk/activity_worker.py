@@ -11,7 +11,10 @@ heartbeat cancels an async activity and flags a sync one.
 from __future__ import annotations
 
 import asyncio
+import concurrent.futures
 import contextvars
+import os
+import sys
 import traceback
 from collections.abc import Callable, Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -236,13 +239,18 @@ def failure_of(exc: BaseException) -> tuple[str, dict[str, Any], bool]:
     return reason, details, non_retryable
 
 
-_SDK_DIR = str(Path(__file__).resolve().parent)
+# The worker's own frames, and the thread pool's that run a sync activity.
+_PLUMBING = tuple(
+    str(Path(module.__file__).resolve().parent) + os.sep
+    for module in (sys.modules[__name__], concurrent.futures, asyncio)
+    if module.__file__
+)
 
 
 def _user_frames(tb: TracebackType | None) -> TracebackType | None:
-    """The traceback from the first frame outside the SDK: the worker's own frames
-    that call the activity say nothing about its failure."""
-    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_SDK_DIR):
+    """The traceback from the first frame of the user's code: the frames that
+    call the activity say nothing about its failure."""
+    while tb is not None and tb.tb_frame.f_code.co_filename.startswith(_PLUMBING):
         tb = tb.tb_next
     return tb
 

@@ -35,6 +35,7 @@ from sdk.worker import DEFAULT_GRACE, Worker
 log = structlog.get_logger("weft.decider")
 
 TRACEBACK_CHARS = 16_000
+LEFT_TO_TIME_OUT = "left to time out; retried at the decider timeout"
 
 
 class UnknownWorkflowType(LookupError):
@@ -182,6 +183,9 @@ class DeciderWorker(Worker):
             # The server refused the decisions as a whole (a payload over the
             # limit, a bad name): record why in the history.
             message = exc.message if isinstance(exc, WeftError) else str(exc)
+            if _retrying_failure(task.history):
+                log.error("decision.refused_again", error=message, action=LEFT_TO_TIME_OUT, **where)
+                return
             log.error("decision.refused", error=message, **where)
             await self._fail_task(token, "BAD_DECISIONS", {"message": message}, where)
             return
@@ -206,7 +210,7 @@ class DeciderWorker(Worker):
                 "decision.failed_again",
                 cause=cause,
                 error=error,
-                action="left to time out; retried at the decider timeout",
+                action=LEFT_TO_TIME_OUT,
                 **where,
             )
             return

@@ -87,8 +87,13 @@ class Worker:
         self._stop, self._force = asyncio.Event(), asyncio.Event()
         for _ in range(self._stop_requests):
             self._request_stop()
-        self._started.set()
-        if not await self._until_stopped(self._prepare()):
+        try:
+            prepared = await self._until_stopped(self._prepare())
+        finally:
+            # Entering `with worker:` returns once the worker is ready to poll (or
+            # stopped, or failed to start).
+            self._started.set()
+        if not prepared:
             log.info("worker.stopped", kind=self.kind, identity=self.identity)
             return
         slots = asyncio.Semaphore(self.concurrency)

@@ -25,7 +25,12 @@ from orchestrator.cli.errors import EXIT_USAGE, one_line
 @click.pass_context
 def cli(ctx: click.Context, debug: bool) -> None:
     """Weft: event-sourced workflow orchestration."""
+    from orchestrator import logging as weft_logging
+
     ctx.obj = {"debug": debug}
+    # Client commands print data on stdout; the SDK's logs (retries) stay on stderr
+    # and quiet. The server and worker commands set their own level.
+    weft_logging.configure("debug" if debug else "warning")
 
 
 cli.add_command(server_cmd.server)
@@ -33,12 +38,19 @@ for command in (*workflow_cmds.COMMANDS, *worker_cmds.COMMANDS):
     cli.add_command(command)
 
 
+def _command_path(argv: list[str] | None) -> str:
+    """`weft COMMAND` from the arguments, for errors click raises without a context."""
+    args = sys.argv[1:] if argv is None else argv
+    name = next((a for a in args if a in cli.commands), None)
+    return f"weft {name}" if name else "weft"
+
+
 def main(argv: list[str] | None = None) -> None:
     """The console script: run a command, turning usage errors into one line."""
     try:
         code = cli.main(args=argv, prog_name="weft", standalone_mode=False)
     except click.UsageError as exc:
-        where = exc.ctx.command_path if exc.ctx else "weft"
+        where = exc.ctx.command_path if exc.ctx else _command_path(argv)
         click.echo(f"{where}: {one_line(exc.format_message())}", err=True)
         sys.exit(exc.exit_code if exc.exit_code else EXIT_USAGE)
     except click.ClickException as exc:

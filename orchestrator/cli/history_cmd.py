@@ -30,9 +30,10 @@ def history(
     --json --follow, one JSON event per line as they happen.
     """
     with connect(address, namespace) as client:
-        if not run_id:
-            # Pin the run now, so a follow does not drift to a later run.
-            run_id = client.describe(workflow_id).info.run_id
+        # Resolve the run before printing anything (an unknown one is a one-line
+        # error, not a header and then an error); pinning it also keeps a follow
+        # from drifting to a later run.
+        run_id = client.describe(workflow_id, run_id=run_id).info.run_id
         events = client.iter_history(workflow_id, run_id=run_id, follow=follow)
         if as_json and not follow:
             doc = [e.to_json() for e in events]

@@ -46,6 +46,22 @@ class JsonType(click.ParamType):  # type: ignore[type-arg]
             self.fail(f"not valid JSON ({exc.msg} at position {exc.pos}): {value!r}", param, ctx)
 
 
+class AddressType(click.ParamType):  # type: ignore[type-arg]
+    """HOST:PORT of a server, checked here: gRPC would quietly wrap a bad port."""
+
+    name = "host:port"
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> str:
+        text = str(value).strip()
+        host, _, port = text.rpartition(":")
+        if not host or not port.isdigit() or not 1 <= int(port) <= 65535:
+            self.fail(f"{text!r} is not HOST:PORT with a port from 1 to 65535", param, ctx)
+        return text
+
+
+ADDRESS = AddressType()
 DURATION = DurationType()
 JSON = JsonType()
 
@@ -61,6 +77,7 @@ def server_options(fn: F) -> F:
     )(fn)
     fn = click.option(
         "--address",
+        type=ADDRESS,
         envvar="WEFT_ADDRESS",
         default=DEFAULT_ADDRESS,
         show_default=True,

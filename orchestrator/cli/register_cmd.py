@@ -53,14 +53,24 @@ class WorkflowTypeFile:
 
 def load(path: Path) -> WorkflowTypeFile:
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as exc:
         raise DefinitionError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    try:
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = raw.count(b"\n", 0, exc.start) + 1
+        raise DefinitionError(f"{path}:{line}: not UTF-8 text") from None
     try:
         root = yaml.compose(text, Loader=yaml.SafeLoader)
     except yaml.MarkedYAMLError as exc:
         line = exc.problem_mark.line + 1 if exc.problem_mark else 1
         raise DefinitionError(f"{path}:{line}: {exc.problem or exc}") from None
+    except yaml.YAMLError as exc:  # the reader: characters YAML does not allow
+        position = getattr(exc, "position", 0)
+        line = text.count("\n", 0, position) + 1
+        reason = getattr(exc, "reason", "") or "unreadable YAML"
+        raise DefinitionError(f"{path}:{line}: {reason}") from None
     if not isinstance(root, yaml.MappingNode):
         line = root.start_mark.line + 1 if root is not None else 1
         raise DefinitionError(f"{path}:{line}: a workflow definition is a mapping (name: …)")

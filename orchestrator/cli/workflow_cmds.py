@@ -13,7 +13,13 @@ from orchestrator.cli.history_cmd import history
 from orchestrator.cli.output import compact, moment, print_json, span, table
 from orchestrator.cli.params import DURATION, JSON, json_option, server_options
 from orchestrator.cli.register_cmd import register
-from sdk.errors import WorkflowOutcomeError
+from sdk.errors import (
+    WorkflowCanceledError,
+    WorkflowFailedError,
+    WorkflowOutcomeError,
+    WorkflowTerminatedError,
+    WorkflowTimedOutError,
+)
 from sdk.workflows import WorkflowDescription
 
 
@@ -65,7 +71,8 @@ def start(
             result = client.result(run.workflow_id, run_id=run.run_id, timeout=wait_timeout)
         except WorkflowOutcomeError as exc:
             if as_json:
-                doc |= {"status": type(exc).__name__, "reason": exc.reason, "details": exc.details}
+                status = _OUTCOME_STATUS.get(type(exc), "failed")
+                doc |= {"status": status, "reason": exc.reason, "details": exc.details}
                 print_json(doc)
                 raise SystemExit(EXIT_FAILED) from None
             raise
@@ -73,6 +80,14 @@ def start(
             print_json(doc | {"status": "completed", "result": result})
         else:
             click.echo(f"result       {compact(result, 10_000)}")
+
+
+_OUTCOME_STATUS: dict[type[WorkflowOutcomeError], str] = {
+    WorkflowFailedError: "failed",
+    WorkflowTimedOutError: "timed_out",
+    WorkflowCanceledError: "canceled",
+    WorkflowTerminatedError: "terminated",
+}
 
 
 def _show(doc: dict[str, Any], as_json: bool) -> None:

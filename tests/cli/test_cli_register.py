@@ -1,0 +1,158 @@
+"""`weft register FILE.yaml …`: a registered type's defaults are used by a later
+`weft start`; a bad file is refused with `FILE:LINE: reason`, exit 2, and
+nothing at all is registered (every file is checked before any is sent)."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+
+from tests.cli.support import error_line, ok, ok_json, weft
+from tests.helpers import unique
+
+
+def write(tmp_path: Path, name: str, text: str | bytes) -> Path:
+    path = tmp_path / name
+    if isinstance(text, bytes):
+        path.write_bytes(text)
+    else:
+        path.write_text(text)
+    return path
+
+
+def assert_not_registered(address: str, name: str, version: str = "") -> None:
+    """Without a registered default task list, `weft start NAME` is refused."""
+    args = ["--version", version] if version else []
+    line = error_line(weft("start", name, *args, address=address), "start", 2)
+    assert "task_list is required" in line
+
+
+def test_register_sets_the_defaults_start_uses(address: str, tmp_path: Path) -> None:
+    name, task_list = unique("cli-reg"), unique("reg-tl")
+    path = write(
+        tmp_path,
+        "order.yaml",
+        f"""\
+# an order workflow
+name: {name}
+version: "3"
+task-list: {task_list}
+timeout: 1h30m
+decider-timeout: 20s
+description: registered by the CLI tests
+""",
+    )
+    out = ok(weft("register", str(path), address=address))
+    assert out.strip() == f"registered {name} version 3 from {path}"
+
+    run = ok_json(weft("start", name, "--version", "3", "--json", address=address))
+    doc = ok_json(weft("describe", run["workflow_id"], "--json", address=address))
+    assert doc["workflow_type"] == name
+    assert doc["version"] == "3"
+    assert doc["task_list"] == task_list
+    assert doc["execution_timeout"] == 5400
+    assert doc["decider_timeout"] == 20
+    # options given on the command line still win
+    run = ok_json(
+        weft(
+            "start", name, "--version", "3", "--task-list", "elsewhere",
+            "--execution-timeout", "5m", "--json",
+            address=address,
+        )
+    )  # fmt: skip
+    doc = ok_json(weft("describe", run["workflow_id"], "--json", address=address))
+    assert doc["task_list"] == "elsewhere"
+    assert doc["execution_timeout"] == 300
+
+
+def test_register_several_files_and_an_unversioned_type(address: str, tmp_path: Path) -> None:
+    first, second = unique("cli-reg-a"), unique("cli-reg-b")
+    a = write(tmp_path, "a.yml", f"name: {first}\ntask-list: tl-a\n")
+    b = write(tmp_path, "b.yaml", f"name: {second}\ntask-list: tl-b\nsteps: []\n")
+    out = ok(weft("register", str(a), str(b), address=address))
+    assert out.splitlines() == [f"registered {first} from {a}", f"registered {second} from {b}"]
+    run = ok_json(weft("start", first, "--json", address=address))
+    assert ok_json(weft("describe", run["workflow_id"], "--json", address=address))[
+        "task_list"
+    ] == ("tl-a")
+
+
+BAD_FILES = {
+    # id: (file name, contents, the line the message must name, what it must say)
+    "malformed-yaml": ("broken.yaml", "name: {name}\ntask-list: [a, b\ntimeout: 1h\n", None, ""),
+    "unknown-key": ("unknown.yaml", "name: {name}\ntask-list: tl\ntaskList: tl\n", 3, "taskList"),
+    "bad-duration": ("duration.yaml", "name: {name}\ntask-list: tl\ntimeout: 5x\n", 3, "5x"),
+    "bad-decider-timeout": (
+        "decider.yaml",
+        "name: {name}\ntask-list: tl\ndecider-timeout: soon\n",
+        3,
+        "soon",
+    ),
+    "list-not-mapping": ("list.yaml", "- name: {name}\n- task-list: tl\n", 1, "mapping"),
+    "empty-file": ("empty.yaml", "", 1, "mapping"),
+    "no-name": ("noname.yaml", "# {name}\nversion: '1'\ntask-list: tl\n", 1, "name"),
+    "name-not-plain": ("nested.yaml", "task-list: tl\nname:\n  n: {name}\n", 3, "name"),
+    "two-documents": ("two.yaml", "name: {name}\ntask-list: tl\n---\nname: other\n", 3, ""),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD_FILES), ids=list(BAD_FILES))
+def test_a_bad_file_exits_2_naming_file_and_line(case: str, address: str, tmp_path: Path) -> None:
+    file_name, text, line_no, says = BAD_FILES[case]
+    name = unique("cli-bad")
+    path = write(tmp_path, file_name, text.format(name=name))
+    done = weft("register", str(path), address=address)
+    line = error_line(done, "register", 2)
+    where = re.escape(str(path)) + (rf":{line_no}: " if line_no else r":\d+: ")
+    assert re.search(rf"^weft register: {where}", line), line
+    assert says in line
+    assert done.stdout == ""
+    assert_not_registered(address, name)
+
+
+def test_a_missing_file_exits_2(address: str, tmp_path: Path) -> None:
+    path = tmp_path / "nowhere.yaml"
+    done = weft("register", str(path), address=address)
+    line = error_line(done, "register", 2)
+    assert line.startswith(f"weft register: {path}:")
+    assert "cannot read" in line
+
+
+def test_a_directory_exits_2(address: str, tmp_path: Path) -> None:
+    line = error_line(weft("register", str(tmp_path), address=address), "register", 2)
+    assert line.startswith(f"weft register: {tmp_path}:")
+
+
+def test_one_bad_file_registers_nothing(address: str, tmp_path: Path) -> None:
+    good_name, bad_name = unique("cli-good"), unique("cli-bad")
+    good = write(tmp_path, "good.yaml", f"name: {good_name}\ntask-list: tl\n")
+    bad = write(tmp_path, "bad.yaml", f"name: {bad_name}\ntask-list: tl\nretries: 3\n")
+    done = weft("register", str(good), str(bad), address=address)
+    line = error_line(done, "register", 2)
+    assert line.startswith(f"weft register: {bad}:3: ")
+    assert done.stdout == ""
+    assert_not_registered(address, good_name)
+    assert_not_registered(address, bad_name)
+
+
+@pytest.mark.parametrize(
+    "contents",
+    [b"name: caf\xe9\ntask-list: tl\n", b"name: bell\x07\ntask-list: tl\n"],
+    ids=["not-utf8", "control-character"],
+)
+def test_an_unreadable_file_exits_2_naming_it(
+    contents: bytes, address: str, tmp_path: Path
+) -> None:
+    path = write(tmp_path, "binary.yaml", contents)
+    line = error_line(weft("register", str(path), address=address), "register", 2)
+    assert re.match(rf"^weft register: {re.escape(str(path))}:\d+: ", line), line
+
+
+def test_a_bad_file_is_refused_before_contacting_the_server(tmp_path: Path) -> None:
+    from tests.cli.support import unreachable_address
+
+    path = write(tmp_path, "bad.yaml", "name: x\ntimeout: forever\n")
+    line = error_line(weft("register", str(path), address=unreachable_address()), "register", 2)
+    assert line.startswith(f"weft register: {path}:2: ")

@@ -1,0 +1,214 @@
+"""`weft runner` and `weft decider`: a module that cannot be loaded, or holds
+nothing to run, is refused in one line with exit 2; the order example runs end
+to end on three worker processes, each of which exits 0 on SIGTERM."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.cli.conftest import stop
+from tests.cli.support import REPO, argv, clean_env, error_line, ok, ok_json, weft
+from tests.helpers import unique, wait_until
+
+NOTHING = "x = 1\n"
+RAISES = "raise RuntimeError('boom at import')\n"
+SYNTAX = "def broken(:\n"
+MODULE_FILES = {"nothing": NOTHING, "raises": RAISES, "syntax": SYNTAX}
+NO_TASK_LIST_ACTIVITY = "from sdk import activity\n\n@activity\ndef lonely(x):\n    return x\n"
+NO_TASK_LIST_DECIDER = (
+    "from sdk import Decider\n\n"
+    "class Lonely(Decider):\n"
+    "    workflow_type = 'lonely'\n\n"
+    "    def decide(self, task):\n"
+    "        task.complete(None)\n"
+)
+
+
+def module_file(tmp_path: Path, name: str, text: str) -> str:
+    path = tmp_path / f"{name}.py"
+    path.write_text(text)
+    return str(path)
+
+
+@pytest.mark.parametrize("kind", ["runner", "decider"])
+@pytest.mark.parametrize(
+    ("module", "says"),
+    [
+        ("no_such_module_anywhere", "cannot import no_such_module_anywhere"),
+        ("examples.no_such_example", "cannot import examples.no_such_example"),
+        ("/nonexistent/dir/flow.py", "no such file"),
+        ("json", "no "),
+        ("FILE:nothing", "no "),
+        ("FILE:raises", "boom at import"),
+        ("FILE:syntax", "SyntaxError"),
+    ],
+    ids=[
+        "unknown-module",
+        "unknown-submodule",
+        "missing-file",
+        "module-without-workers",
+        "file-without-workers",
+        "raises-on-import",
+        "syntax-error",
+    ],
+)
+def test_a_module_that_cannot_run_exits_2(
+    kind: str, module: str, says: str, address: str, tmp_path: Path
+) -> None:
+    if module.startswith("FILE:"):
+        name = module.removeprefix("FILE:")
+        module = module_file(tmp_path, name, MODULE_FILES[name])
+    done = weft(kind, "--task-list", "tl", module, address=address, timeout=30)
+    line = error_line(done, kind, 2)
+    assert says in line, line
+    if says == "no ":
+        wanted = "no @activity functions" if kind == "runner" else "no Decider subclasses"
+        assert wanted in line
+
+
+@pytest.mark.parametrize(
+    ("kind", "text"),
+    [("runner", NO_TASK_LIST_ACTIVITY), ("decider", NO_TASK_LIST_DECIDER)],
+    ids=["runner", "decider"],
+)
+def test_no_task_list_exits_2(kind: str, text: str, address: str, tmp_path: Path) -> None:
+    path = module_file(tmp_path, unique("flow").replace("-", "_"), text)
+    line = error_line(weft(kind, path, address=address, timeout=30), kind, 2)
+    assert "no task list" in line
+
+
+@pytest.mark.parametrize("kind", ["runner", "decider"])
+@pytest.mark.parametrize(
+    "args",
+    [[], ["--concurrency", "0", "examples.order"], ["--grace", "soon", "examples.order"]],
+    ids=["no-module", "zero-concurrency", "bad-grace"],
+)
+def test_worker_usage_errors_exit_2(kind: str, args: list[str], address: str) -> None:
+    error_line(weft(kind, *args, address=address, timeout=30), kind, 2)
+
+
+# -- the order example on three worker processes ---------------------------------------
+
+
+class Worker:
+    def __init__(self, address: str, log_dir: Path, name: str, kind: str, *args: str) -> None:
+        self.log_path = log_dir / f"{name}.log"
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                argv(kind, address, "--identity", name, *args),
+                cwd=REPO,  # so `examples.order` imports as it does for a user in the repo
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=clean_env(),
+                start_new_session=True,
+            )
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    async def logged(self, event: str) -> None:
+        async def check() -> bool:
+            assert self.proc.poll() is None, self.log()
+            return f'"event": "{event}"' in self.log()
+
+        await wait_until(check, timeout=30)
+
+
+@pytest.fixture
+def workers() -> Iterator[list[Worker]]:
+    started: list[Worker] = []
+    try:
+        yield started
+    finally:
+        for worker in started:
+            stop(worker.proc)
+
+
+async def test_the_order_example_on_worker_processes(
+    address: str, tmp_path: Path, workers: list[Worker]
+) -> None:
+    decider = Worker(address, tmp_path, "decider", "decider", "examples.order")
+    workers.append(decider)
+    workers.append(
+        Worker(
+            address, tmp_path, "runner-orders", "runner", "--task-list", "orders", "examples.order"
+        )
+    )
+    workers.append(
+        Worker(address, tmp_path, "runner-pci", "runner", "--task-list", "pci", "examples.order")
+    )
+    # `weft start order` needs no --task-list once the decider has registered the type
+    await decider.logged("decider.registered")
+    for worker in workers:
+        await worker.logged("worker.started")
+
+    order = {"sku": "book", "quantity": 1, "amount": 3}
+    out = ok(weft("start", "order", "--input", json.dumps(order), address=address))
+    workflow_id = out.split()[1]
+    assert workflow_id.startswith("order-"), out
+    ok(weft("signal", workflow_id, "delivered", "--input", '{"to": "porch"}', address=address))
+
+    async def closed() -> dict[str, Any] | None:
+        doc: dict[str, Any] = ok_json(weft("describe", workflow_id, "--json", address=address))
+        return doc if doc["status"] != "open" else None
+
+    doc = await wait_until(closed, timeout=45, interval=0.25)
+    assert doc is not None
+    logs = "\n".join(w.log() for w in workers)
+    assert doc["status"] == "completed", logs
+    assert doc["task_list"] == "orders"
+
+    events = ok_json(weft("history", workflow_id, "--json", address=address))["events"]
+    result = events[-1]["attributes"]["result"]
+    assert events[-1]["type"] == "WorkflowSuccess"
+    assert result["order"] == order
+    assert result["charge"].startswith("CH-")
+    assert result["tracking"].startswith("TRK-")
+    assert result["delivered"] == {"to": "porch"}
+    started = {
+        e["attributes"]["activity_type"]["name"]
+        if isinstance(e["attributes"].get("activity_type"), dict)
+        else e["attributes"].get("activity_type"): e
+        for e in events
+        if e["type"] == "ActivityScheduled"
+    }
+    assert set(started) == {"reserve-stock", "charge-card", "ship"}
+    assert started["charge-card"]["attributes"]["task_list"] == "pci"
+    identities = {e["attributes"].get("identity") for e in events if e["type"] == "ActivityStarted"}
+    assert identities == {"runner-orders", "runner-pci"}
+
+    for worker in workers:
+        worker.proc.send_signal(signal.SIGTERM)
+    for worker in workers:
+        try:
+            code = worker.proc.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            pytest.fail(
+                f"{worker.log_path.stem} did not exit within 10s of SIGTERM\n{worker.log()}"
+            )
+        assert code == 0, worker.log()
+        assert "Traceback" not in worker.log()
+
+
+@pytest.mark.parametrize("kind", ["runner", "decider"])
+def test_a_module_with_a_missing_dependency_exits_2(
+    kind: str, address: str, tmp_path: Path
+) -> None:
+    """A dotted module found from the current directory, which imports something
+    not installed: the message names the missing dependency."""
+    package = tmp_path / "mypkg"
+    package.mkdir()
+    (package / "__init__.py").write_text("")
+    (package / "flows.py").write_text("import not_installed_dependency_xyz\n")
+    done = weft(kind, "--task-list", "tl", "mypkg.flows", address=address, cwd=tmp_path)
+    line = error_line(done, kind, 2)
+    assert "cannot import mypkg.flows" in line
+    assert "not_installed_dependency_xyz" in line
