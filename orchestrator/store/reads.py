@@ -49,6 +49,25 @@ def _translate(exc: DBAPIError) -> Exception:
     return Unavailable(f"database unavailable: {exc.orig or exc}")
 
 
+async def _to_the_end(attempt: Callable[[], Any]) -> Any:
+    """Run one attempt in a task of its own that a cancelled caller does not cut short.
+
+    gRPC cancels a handler when its client gives up (a worker stopping cancels its
+    polls). Cancelled mid-statement, SQLAlchemy terminates the connection, and an
+    aiosqlite connection terminated that way can leave a close that never
+    finishes. Shielded, the transaction commits or rolls back as usual and the
+    caller still returns at once; an outcome nobody waits for is dropped.
+    """
+    task = asyncio.ensure_future(attempt())
+    task.add_done_callback(_drop_unclaimed)
+    return await asyncio.shield(task)
+
+
+def _drop_unclaimed(task: asyncio.Future[Any]) -> None:
+    if not task.cancelled():
+        task.exception()  # retrieved: its caller is gone, and so is the client that asked
+
+
 class StoreBase:
     def __init__(self, engine: AsyncEngine, on_commit: Callable[[Committed], None]) -> None:
         self._engine = engine
@@ -102,7 +121,7 @@ class StoreBase:
         delay = 0.02
         for n in range(_RETRIES):
             try:
-                return await attempt()
+                return await _to_the_end(attempt)
             except DBAPIError as exc:
                 if isinstance(exc, IntegrityError) and unique_ok:
                     raise
