@@ -37,6 +37,7 @@ from sdk.client import POLL_TIMEOUT, AsyncClient
 from sdk.errors import (
     ActivityCancelledError,
     ActivityFailure,
+    FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     WeftError,
@@ -129,8 +130,7 @@ class ActivityWorker(Worker):
             result = await self._run(defn, ctx, task, beat)
         except asyncio.CancelledError:
             if beat.cancel_requested:
-                await self._answer("RespondActivityTaskCanceled", task.task_token, where)
-                log.info("activity.canceled", **where)
+                await self._canceled(task.task_token, where)
                 return
             # The worker is shutting down past its grace: say so now, so the
             # decider can retry at once instead of at a timeout.
@@ -138,8 +138,7 @@ class ActivityWorker(Worker):
             await self._fail(task.task_token, where, shutdown)
             raise
         except ActivityCancelledError:
-            await self._answer("RespondActivityTaskCanceled", task.task_token, where)
-            log.info("activity.canceled", **where)
+            await self._canceled(task.task_token, where)
             return
         except Exception as exc:
             await self._fail(task.task_token, where, exc)
@@ -184,38 +183,47 @@ class ActivityWorker(Worker):
         try:
             await self.client.rpc("RespondActivityTaskCompleted", req)
         except InvalidArgumentError as exc:
-            if "payload" not in exc.message:
-                raise
             # CONTRACT: a result over the limit fails the activity at once.
-            await self._fail(token, where, ActivityFailure(exc.message, reason=PAYLOAD_TOO_LARGE))
+            reason = PAYLOAD_TOO_LARGE if "payload" in exc.message else "ResultRefused"
+            await self._fail(token, where, ActivityFailure(exc.message, reason=reason))
             return
-        except NotFoundError:
+        except (NotFoundError, FailedPreconditionError):
             log.warning("activity.stale", outcome="completed", **where)
+            return
+        except WeftError as exc:
+            log.error("activity.answer_failed", outcome="completed", error=exc.message, **where)
             return
         log.info("activity.completed", **where)
 
     async def _fail(self, token: bytes, where: dict[str, Any], exc: BaseException) -> None:
         reason, details, non_retryable = failure_of(exc)
+        try:
+            payload = self.client.converter.encode(details)
+        except (TypeError, ValueError):  # details the converter cannot encode
+            details["details"] = repr(details.get("details"))[:TRACEBACK_CHARS]
+            payload = self.client.converter.encode(details)
         req = s.RespondActivityTaskFailedRequest(
             task_token=token,
-            reason=reason,
-            details=self.client.converter.encode(details),
+            reason=reason[:TRACEBACK_CHARS],
+            details=payload,
             non_retryable=non_retryable,
             identity=self.identity,
         )
         if await self._answer_request("RespondActivityTaskFailed", req, where):
             log.info("activity.failed", reason=reason, error=details["message"], **where)
 
-    async def _answer(self, method: str, token: bytes, where: dict[str, Any]) -> None:
+    async def _canceled(self, token: bytes, where: dict[str, Any]) -> None:
         req = s.RespondActivityTaskCanceledRequest(task_token=token, identity=self.identity)
-        await self._answer_request(method, req, where)
+        if await self._answer_request("RespondActivityTaskCanceled", req, where):
+            log.info("activity.canceled", **where)
 
     async def _answer_request(self, method: str, req: Any, where: dict[str, Any]) -> bool:
         try:
             await self.client.rpc(method, req)
             return True
-        except NotFoundError:
-            # Timed out, or the run closed: the task is no longer ours to answer.
+        except (NotFoundError, FailedPreconditionError):
+            # Timed out (NOT_FOUND), or its run closed (FAILED_PRECONDITION): the
+            # task is no longer ours to answer.
             log.warning("activity.stale", outcome=method, **where)
         except WeftError as exc:
             log.error("activity.answer_failed", outcome=method, error=exc.message, **where)
@@ -231,7 +239,7 @@ def failure_of(exc: BaseException) -> tuple[str, dict[str, Any], bool]:
     trace = "".join(traceback.format_exception(type(exc), exc, _user_frames(exc.__traceback__)))
     details: dict[str, Any] = {
         "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-        "message": str(exc),
+        "message": str(exc)[:TRACEBACK_CHARS],
         "traceback": trace[-TRACEBACK_CHARS:],
     }
     if extra is not None:
@@ -284,7 +292,7 @@ class _Heartbeater:
     """Sends an activity's heartbeats: the first at once, then at most one per
     interval (a third of the heartbeat timeout, at most 2 s), the latest details
     winning. Hears cancellation in the answers, and treats NOT_FOUND (the task
-    timed out or its run closed) the same way."""
+    timed out) and FAILED_PRECONDITION (its run closed) the same way."""
 
     def __init__(
         self, client: AsyncClient, token: bytes, identity: str, timeout: timedelta | None
@@ -336,8 +344,8 @@ class _Heartbeater:
             try:
                 resp = await self._client.rpc("RecordActivityHeartbeat", req)
                 cancel = resp.cancel_requested
-            except NotFoundError:
-                cancel = True
+            except (NotFoundError, FailedPreconditionError):
+                cancel = True  # the task timed out or its run closed: stop working on it
             except WeftError as exc:
                 log.warning("activity.heartbeat_failed", error=exc.message)
                 cancel = False

@@ -46,6 +46,9 @@ DEFAULT_NAMESPACE = "default"
 # presumed dead and the call is made again.
 POLL_TIMEOUT = timedelta(seconds=90)
 
+# UNAVAILABLE: the server or its database is away; ABORTED: the request lost a
+# race with a concurrent update and nothing was written.
+_RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
 _OUTCOMES: dict[str, type[WorkflowOutcomeError]] = {
     "WorkflowFailed": WorkflowFailedError,
     "WorkflowTimedOut": WorkflowTimedOutError,
@@ -231,7 +234,8 @@ class AsyncClient:
         default_decider_timeout: timedelta | None = None,
         description: str = "",
     ) -> None:
-        """Record a workflow type's defaults; registering again updates them."""
+        """Record a workflow type's defaults; registering again changes the ones given
+        and keeps the others."""
         await self.rpc(
             "RegisterWorkflowType",
             s.RegisterWorkflowTypeRequest(
@@ -387,7 +391,8 @@ class AsyncClient:
         return req
 
     async def rpc(self, method: str, request: Message, *, timeout: timedelta | None = None) -> Any:
-        """Call `WorkflowService.<method>`, retrying `UNAVAILABLE` by the retry policy.
+        """Call `WorkflowService.<method>`, retrying `UNAVAILABLE` and `ABORTED` by the
+        retry policy.
 
         The low-level door the workers and the CLI use; prefer the methods above.
         """
@@ -401,7 +406,7 @@ class AsyncClient:
                 code = exc.code()
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout == POLL_TIMEOUT:
                     continue  # a long poll outlived a silent connection: ask again
-                wait = delays.next() if code == grpc.StatusCode.UNAVAILABLE else None
+                wait = delays.next() if code in _RETRIED else None
                 if wait is None:
                     raise from_rpc_error(exc) from exc
                 log.debug("rpc.retry", method=method, wait=round(wait, 3), error=exc.details())

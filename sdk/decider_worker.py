@@ -18,6 +18,7 @@ import asyncio
 import inspect
 import traceback
 from collections.abc import Sequence
+from concurrent.futures import ThreadPoolExecutor
 from datetime import timedelta
 from typing import Any
 
@@ -72,6 +73,7 @@ class DeciderWorker(Worker):
                 raise ValueError(f"two deciders for workflow type {key[0]!r} {key[1]!r}")
             self.deciders[key] = decider
         lists = list(task_lists) or sorted({d.task_list for d in deciders if d.task_list})
+        self._pool = ThreadPoolExecutor(concurrency, thread_name_prefix="weft-decide")
         super().__init__(
             client,
             task_lists=lists,
@@ -81,21 +83,34 @@ class DeciderWorker(Worker):
             pollers=pollers,
         )
 
+    async def run_async(self) -> None:
+        try:
+            await super().run_async()
+        finally:
+            # Not the loop's default executor: `asyncio.run` would wait for a
+            # `decide` that never returns, past any grace.
+            self._pool.shutdown(wait=False, cancel_futures=True)
+
     async def _prepare(self) -> None:
         if self.register_types:
             await self._register_types()
 
     async def _register_types(self) -> None:
-        """Register each decider's workflow type with its task list as the default,
-        so `weft start TYPE` needs no `--task-list` (registering replaces earlier
-        defaults of the same type and version)."""
+        """Register each decider's workflow type with the task list it is polled on
+        as the default, so `weft start TYPE` needs no `--task-list` (other registered
+        defaults of the type are kept)."""
         for (name, version), decider in self.deciders.items():
-            if not decider.task_list:
+            # The list this worker polls for it: the decider's own, unless told otherwise.
+            if decider.task_list in self.task_lists:
+                task_list = decider.task_list
+            elif len(self.task_lists) == 1:
+                task_list = self.task_lists[0]
+            else:
                 continue
             await self.client.register_workflow_type(
-                name, version=version, default_task_list=decider.task_list
+                name, version=version, default_task_list=task_list
             )
-            log.info("decider.registered", workflow_type=name, task_list=decider.task_list)
+            log.info("decider.registered", workflow_type=name, task_list=task_list)
 
     def decider_for(self, name: str, version: str) -> Decider | None:
         """The decider of this exact version, else the one that takes any version."""
@@ -140,7 +155,7 @@ class DeciderWorker(Worker):
                     f"no decider here for workflow type {resp.workflow_type.name!r}"
                     f" version {resp.workflow_type.version!r}"
                 )
-            await run_decider(decider, task)
+            await run_decider(decider, task, self._pool)
         except Exception as exc:
             await self._decider_failed(resp, task, exc, where)
             return
@@ -239,13 +254,15 @@ class DeciderWorker(Worker):
             log.warning("decision.answer_failed", error=exc.message, **where)
 
 
-async def run_decider(decider: Decider, task: DecisionTask) -> None:
+async def run_decider(
+    decider: Decider, task: DecisionTask, pool: ThreadPoolExecutor | None = None
+) -> None:
     """Call `decide`: async ones on the loop, sync ones in a thread (a slow decider
     must not stall the worker's other polls)."""
     if inspect.iscoroutinefunction(decider.decide):
         await decider.decide(task)  # type: ignore[misc,unused-ignore]
     else:
-        await asyncio.to_thread(decider.decide, task)
+        await asyncio.get_running_loop().run_in_executor(pool, decider.decide, task)
 
 
 def _retrying_failure(history: list[Event]) -> bool:

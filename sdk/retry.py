@@ -1,7 +1,10 @@
-"""Retrying calls the server could not take (`UNAVAILABLE`): it is restarting, its
-database is down, or it is draining. Every call the SDK retries is safe to
-repeat: starts and signals carry a request id the server deduplicates on, and
-task answers name their task with a token that goes stale once answered."""
+"""Retrying calls the server could not take: `UNAVAILABLE` (it is restarting, its
+database is down, or it is draining) and `ABORTED` (the call lost a race and
+wrote nothing). Starts, signals and cancels carry a request id the server
+deduplicates on, and task answers name their task with a token that goes stale
+once answered, so a retry after a lost answer does the work once. The exception
+is `terminate`: retried after a commit whose answer was lost, it finds the run
+closed and reports FAILED_PRECONDITION."""
 
 from __future__ import annotations
 

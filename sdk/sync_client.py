@@ -8,6 +8,7 @@ activities, and code that already runs an event loop.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
 from datetime import timedelta
@@ -15,6 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from sdk.client import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, AsyncClient
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.errors import WeftError
 from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.workflows import WorkflowDescription, WorkflowInfo, WorkflowRun
@@ -67,7 +69,18 @@ class Client:
 
     def run(self, coro: Coroutine[Any, Any, T]) -> T:
         """Run a coroutine on the client's loop and wait for it."""
-        return asyncio.run_coroutine_threadsafe(coro, self.loop).result()
+        if threading.get_ident() == self._thread.ident:
+            coro.close()
+            raise WeftError(
+                "a blocking Client call from its own event loop would wait on itself:"
+                " in async code (an async activity or decider) use `client.aio`"
+            )
+        future = asyncio.run_coroutine_threadsafe(coro, self.loop)
+        try:
+            return future.result()
+        except BaseException:
+            future.cancel()  # interrupted (Ctrl-C): do not leave the call running
+            raise
 
     # -- the calls ---------------------------------------------------------------------
 
@@ -188,7 +201,8 @@ class Client:
                 except StopAsyncIteration:
                     return
         finally:
-            self.run(events.aclose())
+            with contextlib.suppress(RuntimeError):  # still running after an interrupt
+                self.run(events.aclose())
 
     def list(
         self,

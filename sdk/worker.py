@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import os
 import signal
 import threading
 from collections.abc import Coroutine, Sequence
@@ -55,9 +56,18 @@ class Worker:
         self.concurrency = concurrency
         self.identity = identity or self.client.identity
         self.grace = grace
-        # More than one poll per task list keeps a busy list fed while a task's
-        # answer is on its way; never more polls than free slots.
-        self.pollers = pollers or min(concurrency, 2)
+        if concurrency < len(self.task_lists):
+            raise ValueError(
+                f"concurrency {concurrency} is below the number of task lists"
+                f" ({len(self.task_lists)}): some lists would never be polled"
+            )
+        # A poll holds a slot while it waits, so all polls together fit in the
+        # slots: an idle list is always polled. Two per list keep a busy list fed
+        # while a task's answer is on its way.
+        self.pollers = pollers or max(1, min(2, concurrency // len(self.task_lists)))
+        if self.pollers * len(self.task_lists) > concurrency:
+            need = self.pollers * len(self.task_lists)
+            raise ValueError(f"{need} polls need a concurrency of {need}, not {concurrency}")
         self.abandoned = 0
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
@@ -208,9 +218,16 @@ class Worker:
                 slots.release()
                 continue
             running = asyncio.create_task(self._handle(task))
+            running.add_done_callback(self._log_crash)
             in_flight.add(running)
             running.add_done_callback(in_flight.discard)
             running.add_done_callback(lambda _: slots.release())
+
+    def _log_crash(self, task: asyncio.Task[None]) -> None:
+        """A handler that raised left its task unanswered (it will time out): say so."""
+        if not task.cancelled() and task.exception() is not None:
+            exc = task.exception()
+            log.error("task.crashed", kind=self.kind, error=f"{type(exc).__name__}: {exc}")
 
     async def _poll(self, task_list: str) -> Any:
         raise NotImplementedError
@@ -242,7 +259,7 @@ class Worker:
         while not self._started.is_set():
             if self._background.done():
                 self._background.result()
-            await asyncio.sleep(0)
+            await asyncio.sleep(0.01)
         return self
 
     async def __aexit__(self, *exc: object) -> None:
@@ -255,5 +272,12 @@ class Worker:
             return {}
         previous: dict[int, Any] = {}
         for sig in (signal.SIGTERM, signal.SIGINT):
-            previous[sig] = signal.signal(sig, lambda *_: self.shutdown())
+            previous[sig] = signal.signal(sig, self._on_signal)
         return previous
+
+    def _on_signal(self, signum: int, frame: Any) -> None:
+        if self._stop_requests >= 2:
+            # Third time: the worker is stuck past its grace (a sync task that
+            # never returns keeps the interpreter from exiting). Leave now.
+            os._exit(128 + signum)
+        self.shutdown()

@@ -7,6 +7,7 @@ interpreter joins it with the step language.)
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass
 from datetime import timedelta
 
@@ -63,4 +64,8 @@ def run(config: DeciderConfig) -> int:
         address=config.address,
     )
     worker.run()
+    if worker.abandoned:
+        # A sync `decide` still running in a thread would hold the process open.
+        log.warning("decider.exit_abandoned", tasks=worker.abandoned)
+        os._exit(1)
     return 0

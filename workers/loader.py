@@ -41,14 +41,21 @@ def import_module(name: str) -> ModuleType:
 def _import_path(path: Path) -> ModuleType:
     if not path.is_file():
         raise LoadError(f"cannot import {path}: no such file")
-    spec = importlib.util.spec_from_file_location(path.stem, path)
+    # Its siblings import as they would under `python FILE` ...
+    folder = str(path.resolve().parent)
+    if folder not in sys.path:
+        sys.path.insert(0, folder)
+    # ... and its name cannot shadow another module (a `json.py`, two `tasks.py`).
+    name = f"weft_user_{abs(hash(str(path.resolve())))}_{path.stem}"
+    spec = importlib.util.spec_from_file_location(name, path)
     if spec is None or spec.loader is None:
         raise LoadError(f"cannot import {path}: not a Python module")
     module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module
+    sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
     except Exception as exc:
+        del sys.modules[name]
         raise LoadError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
     return module
 

@@ -10,7 +10,6 @@ from typing import Any, NoReturn, TypeVar
 import click
 
 from sdk.errors import (
-    FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     UnavailableError,
@@ -71,8 +70,6 @@ def reports_errors(fn: F) -> F:
 def describe(exc: BaseException, address: str) -> str:
     if isinstance(exc, UnavailableError):
         return f"cannot reach a Weft server at {address}: {one_line(exc.message)}"
-    if isinstance(exc, FailedPreconditionError):
-        return exc.message
     if isinstance(exc, WeftError):
         return exc.message
     return f"{type(exc).__name__}: {exc}"

@@ -9,11 +9,10 @@ from typing import Any, TypeVar
 
 import click
 
+from sdk.client import DEFAULT_ADDRESS
 from sdk.durations import parse_duration
 
 F = TypeVar("F", bound=Callable[..., Any])
-
-DEFAULT_ADDRESS = "127.0.0.1:7400"
 
 
 class DurationType(click.ParamType):  # type: ignore[type-arg]

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import sys
+from collections.abc import Callable
 from datetime import timedelta
 
 import click
 
-from orchestrator.cli.errors import EXIT_USAGE, fail
+from orchestrator.cli.errors import EXIT_USAGE, exit_code, fail
 from orchestrator.cli.params import DURATION, server_options
 
 
@@ -34,7 +35,6 @@ def runner(
     """Run the @activity functions found in MODULES (e.g. examples.order)."""
     from orchestrator import logging as weft_logging
     from workers import runner as process
-    from workers.loader import LoadError
 
     weft_logging.configure(log_level)
     config = process.RunnerConfig(
@@ -46,10 +46,7 @@ def runner(
         identity=identity,
         grace=grace,
     )
-    try:
-        sys.exit(process.run(config))
-    except LoadError as exc:
-        fail("runner", str(exc), EXIT_USAGE)
+    _run("runner", lambda: process.run(config))
 
 
 @click.command()
@@ -75,7 +72,6 @@ def decider(
     """Run the Decider classes found in MODULES (e.g. examples.order)."""
     from orchestrator import logging as weft_logging
     from workers import decider as process
-    from workers.loader import LoadError
 
     weft_logging.configure(log_level)
     config = process.DeciderConfig(
@@ -87,10 +83,25 @@ def decider(
         identity=identity,
         grace=grace,
     )
+    _run("decider", lambda: process.run(config))
+
+
+def _run(command: str, start: Callable[[], int]) -> None:
+    """Run a worker process; what stops it from starting is one line and an exit code."""
+    from sdk.errors import WeftError
+    from workers.loader import LoadError
+
     try:
-        sys.exit(process.run(config))
-    except LoadError as exc:
-        fail("decider", str(exc), EXIT_USAGE)
+        code = start()
+    except (LoadError, ValueError, TypeError) as exc:  # modules, or what they define
+        if (click.get_current_context().find_root().obj or {}).get("debug"):
+            raise
+        fail(command, str(exc), EXIT_USAGE)
+    except WeftError as exc:
+        if (click.get_current_context().find_root().obj or {}).get("debug"):
+            raise
+        fail(command, exc.message, exit_code(exc))
+    sys.exit(code)
 
 
 COMMANDS = (runner, decider)

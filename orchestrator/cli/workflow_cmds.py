@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from datetime import datetime, timedelta
+from datetime import timedelta
 from typing import Any
 
 import click
@@ -249,7 +249,3 @@ def list_(
 
 
 COMMANDS = (start, signal, cancel, terminate, describe, history, list_, register)
-
-
-def _times(*values: datetime | None) -> tuple[str, ...]:
-    return tuple(moment(v) for v in values)

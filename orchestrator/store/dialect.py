@@ -67,9 +67,17 @@ def for_update(query: Select[Any], is_pg: bool, skip_locked: bool = False) -> Se
     return query.with_for_update(skip_locked=skip_locked) if is_pg else query
 
 
-def upsert(is_pg: bool, table: Any, values: dict[str, Any], keys: list[str]) -> Insert:
+def upsert(
+    is_pg: bool,
+    table: Any,
+    values: dict[str, Any],
+    keys: list[str],
+    update: dict[str, Any] | None = None,
+) -> Insert:
+    """Insert `values`; on a key conflict, update with `update` (default: all of `values`)."""
     ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
-    update = {k: v for k, v in values.items() if k not in keys}
+    if update is None:
+        update = {k: v for k, v in values.items() if k not in keys}
     return ins.values(**values).on_conflict_do_update(index_elements=keys, set_=update)
 
 

@@ -49,34 +49,40 @@ def _translate(exc: DBAPIError) -> Exception:
     return Unavailable(f"database unavailable: {exc.orig or exc}")
 
 
-async def _to_the_end(attempt: Callable[[], Any]) -> Any:
-    """Run one attempt in a task of its own that a cancelled caller does not cut short.
-
-    gRPC cancels a handler when its client gives up (a worker stopping cancels its
-    polls). Cancelled mid-statement, SQLAlchemy terminates the connection, and an
-    aiosqlite connection terminated that way can leave a close that never
-    finishes. Shielded, the transaction commits or rolls back as usual and the
-    caller still returns at once; an outcome nobody waits for is dropped.
-    """
-    task = asyncio.ensure_future(attempt())
-    task.add_done_callback(_drop_unclaimed)
-    return await asyncio.shield(task)
-
-
-def _drop_unclaimed(task: asyncio.Future[Any]) -> None:
-    if not task.cancelled():
-        task.exception()  # retrieved: its caller is gone, and so is the client that asked
-
-
 class StoreBase:
     def __init__(self, engine: AsyncEngine, on_commit: Callable[[Committed], None]) -> None:
         self._engine = engine
         self._writer = engine.execution_options(**{dialect.WRITE: True})
         self.is_pg = engine.dialect.name == "postgresql"
         self._on_commit = on_commit
+        self._attempts: set[asyncio.Future[Any]] = set()
 
     async def close(self) -> None:
+        # Attempts whose callers were cancelled are still finishing: let them give
+        # their connections back before the pool goes.
+        if self._attempts:
+            await asyncio.wait(set(self._attempts), timeout=10)
         await self._engine.dispose()
+
+    async def _to_the_end(self, attempt: Callable[[], Any]) -> Any:
+        """Run one attempt in a task of its own that a cancelled caller does not cut short.
+
+        gRPC cancels a handler when its client gives up (a worker stopping cancels
+        its polls). Cancelled mid-statement, SQLAlchemy terminates the connection,
+        and an aiosqlite connection terminated that way can leave a close that
+        never finishes. Shielded, the transaction commits or rolls back as usual
+        and the caller still returns at once; an outcome nobody waits for is
+        dropped.
+        """
+        task = asyncio.ensure_future(attempt())
+        self._attempts.add(task)
+        task.add_done_callback(self._attempt_done)
+        return await asyncio.shield(task)
+
+    def _attempt_done(self, task: asyncio.Future[Any]) -> None:
+        self._attempts.discard(task)
+        if not task.cancelled():
+            task.exception()  # retrieved: its caller may be gone, with the client that asked
 
     # -- connections and retries -------------------------------------------------
 
@@ -121,7 +127,7 @@ class StoreBase:
         delay = 0.02
         for n in range(_RETRIES):
             try:
-                return await _to_the_end(attempt)
+                return await self._to_the_end(attempt)
             except DBAPIError as exc:
                 if isinstance(exc, IntegrityError) and unique_ok:
                     raise
@@ -268,7 +274,13 @@ class StoreBase:
             "registered_at": naive(utcnow().timestamp()),
             **values,
         }
-        stmt = dialect.upsert(self.is_pg, table, row, ["namespace", "name", "version"])
+        # Registering again changes only the defaults it gives; the rest keep
+        # their earlier values (a decider registering its task list must not
+        # erase the timeouts an operator registered).
+        given = {k: v for k, v in values.items() if v not in (None, "")}
+        given["registered_at"] = row["registered_at"]
+        keys = ["namespace", "name", "version"]
+        stmt = dialect.upsert(self.is_pg, table, row, keys, update=given)
         await self._retrying(lambda: self._execute(stmt))
 
     async def registered_types(

@@ -212,3 +212,30 @@ def test_a_module_with_a_missing_dependency_exits_2(
     line = error_line(done, kind, 2)
     assert "cannot import mypkg.flows" in line
     assert "not_installed_dependency_xyz" in line
+
+
+TWO_PINGS = "from sdk import activity\n\n@activity(task_list='t')\ndef ping():\n    return 1\n"
+
+
+def test_two_activities_of_one_name_exit_2_in_one_line(tmp_path: Path) -> None:
+    first = tmp_path / "one" / "pings.py"
+    second = tmp_path / "two" / "pings.py"
+    for path in (first, second):
+        path.parent.mkdir()
+        path.write_text(TWO_PINGS)
+    done = weft("runner", str(first), str(second), address="127.0.0.1:1")
+    assert "two activities are named 'ping'" in error_line(done, "runner", 2)
+
+
+def test_a_module_given_by_path_imports_its_siblings(tmp_path: Path) -> None:
+    (tmp_path / "helper.py").write_text("NAME = 'from-a-sibling'\n")
+    tasks = tmp_path / "tasks.py"
+    tasks.write_text(
+        "from helper import NAME\nfrom sdk import Decider\n\n"
+        "class Sibling(Decider):\n    workflow_type = NAME\n\n"
+        "    def decide(self, task):\n        pass\n"
+    )
+    from workers.loader import deciders_in, load
+
+    (decider,) = deciders_in(load([str(tasks)]))
+    assert decider.type_name() == "from-a-sibling"
