@@ -129,6 +129,9 @@ class ActivityWorker(Worker):
                 )
             result = await self._run(defn, ctx, task, beat)
         except asyncio.CancelledError:
+            if beat.expired:
+                log.warning("activity.deadline_passed", outcome="stopped, not answered", **where)
+                return
             if beat.cancel_requested:
                 await self._canceled(task.task_token, where)
                 return
@@ -157,6 +160,14 @@ class ActivityWorker(Worker):
         converter = self.client.converter
         args, kwargs = defn.arguments(converter.decode(task.input), converter)
         token = set_context(ctx)
+        # Past its start-to-close the server has timed the task out: stop the
+        # activity (cancel an async one, flag a sync one) so it frees its slot.
+        limit = ctx.info.start_to_close
+        expiry = (
+            asyncio.get_running_loop().call_later(limit.total_seconds(), beat.expire)
+            if limit
+            else None
+        )
         try:
             if defn.is_async:
                 running = asyncio.ensure_future(defn.fn(*args, **kwargs))
@@ -169,6 +180,8 @@ class ActivityWorker(Worker):
                 self._pool, lambda: context.run(defn.fn, *args, **kwargs)
             )
         finally:
+            if expiry is not None:
+                expiry.cancel()
             reset_context(token)
 
     async def _complete(self, token: bytes, where: dict[str, Any], result: Any) -> None:
@@ -307,6 +320,7 @@ class _Heartbeater:
         self._sender: asyncio.Task[None] | None = None
         self._cancel_hooks: list[Callable[[], Any]] = []
         self.cancel_requested = False
+        self.expired = False
 
     def on_cancel(self, hook: Callable[[], Any]) -> None:
         self._cancel_hooks.append(hook)
@@ -325,6 +339,13 @@ class _Heartbeater:
     def stop(self) -> None:
         if self._sender is not None:
             self._sender.cancel()
+
+    def expire(self) -> None:
+        """The task's start-to-close has passed: stop the activity; nobody awaits its answer."""
+        if not self.cancel_requested:
+            self.expired = True
+            for hook in self._cancel_hooks:
+                hook()
 
     def _queue(self, details: Any) -> None:
         self._details = details

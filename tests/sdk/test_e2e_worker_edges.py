@@ -134,3 +134,42 @@ async def test_each_task_list_is_polled_when_concurrency_is_tight(
         run = await client.start_workflow("tight", task_list=task_list)
         # Well inside the server's 3 s long poll: the second list had a poll waiting.
         assert await client.result(run.workflow_id, timeout=timedelta(seconds=2.5)) == 7
+
+
+async def test_an_activity_past_its_start_to_close_is_stopped_and_frees_its_slot(
+    client: AsyncClient, task_list: str
+) -> None:
+    stopped: list[str] = []
+
+    @activity(name="hangs", start_to_close=timedelta(seconds=1))
+    async def hangs() -> None:
+        try:
+            await asyncio.Event().wait()  # never heartbeats, never returns
+        except asyncio.CancelledError:
+            stopped.append("hangs")
+            raise
+
+    @activity(name="quick")
+    def quick() -> str:
+        return "ran"
+
+    def decide(task: DecisionTask) -> None:
+        first, second = task.activities.get("first"), task.activities.get("second")
+        if first is None:
+            task.schedule_activity("first", hangs, task_list=task_list)
+        elif first.status == "timed_out" and second is None:
+            task.schedule_activity("second", quick, task_list=task_list)
+        elif second is not None and second.status == "succeeded":
+            task.complete(second.result)
+
+    decider = make_decider("hanging", decide)
+    async with (
+        DeciderWorker(client, task_lists=[task_list], deciders=[decider]),
+        # One slot: the second activity runs only if the hung one gave its slot back.
+        ActivityWorker(client, task_lists=[task_list], activities=[hangs, quick], concurrency=1),
+    ):
+        run = await client.start_workflow("hanging", task_list=task_list)
+        assert await client.result(run.workflow_id, timeout=WAIT) == "ran"
+    assert stopped == ["hangs"]
+    timed_out = [e for e in await client.history(run.workflow_id) if e.type == "ActivityTimedOut"]
+    assert [e.get("timeout_type") for e in timed_out] == ["START_TO_CLOSE"]
