@@ -4,85 +4,75 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Callable
-from datetime import timedelta
+from typing import Any, TypeVar
 
 import click
 
 from orchestrator.cli.errors import EXIT_USAGE, exit_code, fail
 from orchestrator.cli.params import DURATION, server_options
 
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def worker_options(what: str, concurrency: int, grace: str) -> Callable[[F], F]:
+    """The options `weft runner` and `weft decider` share, with their own defaults."""
+
+    def apply(fn: F) -> F:
+        for option in reversed(
+            (
+                click.argument("modules", nargs=-1, required=True),
+                click.option(
+                    "--task-list", "task_lists", multiple=True, help="poll this task list"
+                ),
+                click.option(
+                    "--concurrency",
+                    type=click.IntRange(1, 10_000),
+                    default=concurrency,
+                    show_default=True,
+                ),
+                click.option(
+                    "--identity", default="", help=f"how this {what} appears in histories"
+                ),
+                click.option(
+                    "--grace",
+                    type=DURATION,
+                    default=grace,
+                    show_default=True,
+                    help="time to finish on SIGTERM",
+                ),
+                click.option(
+                    "--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True
+                ),
+                server_options,
+            )
+        ):
+            fn = option(fn)
+        return fn
+
+    return apply
+
 
 @click.command()
-@click.argument("modules", nargs=-1, required=True)
-@click.option("--task-list", "task_lists", multiple=True, help="poll this task list (repeatable)")
-@click.option("--concurrency", type=click.IntRange(1, 10_000), default=16, show_default=True)
-@click.option("--identity", default="", help="how this runner appears in histories")
-@click.option(
-    "--grace", type=DURATION, default="30s", show_default=True, help="time to finish on SIGTERM"
-)
-@click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
-@server_options
-def runner(
-    modules: tuple[str, ...],
-    task_lists: tuple[str, ...],
-    concurrency: int,
-    identity: str,
-    grace: timedelta,
-    log_level: str,
-    address: str,
-    namespace: str,
-) -> None:
+@worker_options("runner", concurrency=16, grace="30s")
+def runner(log_level: str, **options: Any) -> None:
     """Run the @activity functions found in MODULES (e.g. examples.order)."""
     from orchestrator import logging as weft_logging
     from workers import runner as process
 
     weft_logging.configure(log_level)
-    config = process.RunnerConfig(
-        address=address,
-        namespace=namespace,
-        modules=modules,
-        task_lists=task_lists,
-        concurrency=concurrency,
-        identity=identity,
-        grace=grace,
-    )
+    config = process.RunnerConfig(**options)
     _run("runner", lambda: process.run(config))
 
 
 @click.command()
-@click.argument("modules", nargs=-1, required=True)
-@click.option("--task-list", "task_lists", multiple=True, help="poll this task list (repeatable)")
-@click.option("--concurrency", type=click.IntRange(1, 10_000), default=8, show_default=True)
-@click.option("--identity", default="", help="how this decider appears in histories")
-@click.option(
-    "--grace", type=DURATION, default="10s", show_default=True, help="time to finish on SIGTERM"
-)
-@click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
-@server_options
-def decider(
-    modules: tuple[str, ...],
-    task_lists: tuple[str, ...],
-    concurrency: int,
-    identity: str,
-    grace: timedelta,
-    log_level: str,
-    address: str,
-    namespace: str,
-) -> None:
+@worker_options("decider", concurrency=8, grace="10s")
+def decider(log_level: str, **options: Any) -> None:
     """Run the Decider classes found in MODULES (e.g. examples.order)."""
     from orchestrator import logging as weft_logging
     from workers import decider as process
 
     weft_logging.configure(log_level)
-    config = process.DeciderConfig(
-        address=address,
-        namespace=namespace,
-        modules=modules,
-        task_lists=task_lists,
-        concurrency=concurrency,
-        identity=identity,
-        grace=grace,
-    )
+    config = process.DeciderConfig(**options)
     _run("decider", lambda: process.run(config))
 
 
