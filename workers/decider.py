@@ -13,10 +13,9 @@ from datetime import timedelta
 
 import structlog
 
-from sdk.client import AsyncClient
 from sdk.decider_worker import DeciderWorker
 from workers.loader import LoadError, deciders_in, load
-from workers.runner import WORKER_RETRY
+from workers.runner import worker_client
 
 log = structlog.get_logger("weft.decider")
 
@@ -39,14 +38,8 @@ def build(config: DeciderConfig) -> DeciderWorker:
     lists = config.task_lists or tuple(sorted({d.task_list for d in deciders if d.task_list}))
     if not lists:
         raise LoadError("no task list: give --task-list, or set task_list on the Decider")
-    client = AsyncClient(
-        config.address,
-        namespace=config.namespace,
-        identity=config.identity or None,
-        retry=WORKER_RETRY,
-    )
     return DeciderWorker(
-        client,
+        worker_client(config.address, config.namespace, config.identity),
         deciders=deciders,
         task_lists=lists,
         concurrency=config.concurrency,

@@ -35,6 +35,11 @@ class RunnerConfig:
     grace: timedelta = timedelta(seconds=30)
 
 
+def worker_client(address: str, namespace: str, identity: str) -> AsyncClient:
+    """The client of a worker process: it waits out server restarts, however long."""
+    return AsyncClient(address, namespace=namespace, identity=identity or None, retry=WORKER_RETRY)
+
+
 def build(config: RunnerConfig) -> ActivityWorker:
     """The worker for a config; raises LoadError when there is nothing to run."""
     activities = activities_in(load(list(config.modules)))
@@ -43,14 +48,8 @@ def build(config: RunnerConfig) -> ActivityWorker:
     lists = config.task_lists or tuple(sorted({a.task_list for a in activities if a.task_list}))
     if not lists:
         raise LoadError("no task list: give --task-list, or name one in @activity(task_list=…)")
-    client = AsyncClient(
-        config.address,
-        namespace=config.namespace,
-        identity=config.identity or None,
-        retry=WORKER_RETRY,
-    )
     return ActivityWorker(
-        client,
+        worker_client(config.address, config.namespace, config.identity),
         activities=activities,
         task_lists=lists,
         concurrency=config.concurrency,

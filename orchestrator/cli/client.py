@@ -3,6 +3,7 @@ reported in a couple of seconds rather than waited for."""
 
 from __future__ import annotations
 
+import socket
 from datetime import timedelta
 
 from sdk.retry import RetryPolicy
@@ -12,10 +13,5 @@ CLI_RETRY = RetryPolicy(give_up_after=timedelta(seconds=2))
 
 
 def connect(address: str, namespace: str) -> Client:
-    return Client(address, namespace=namespace, identity=f"weft-cli@{_host()}", retry=CLI_RETRY)
-
-
-def _host() -> str:
-    import socket
-
-    return socket.gethostname()
+    identity = f"weft-cli@{socket.gethostname()}"
+    return Client(address, namespace=namespace, identity=identity, retry=CLI_RETRY)

@@ -211,7 +211,7 @@ async def test_sigterm_lets_a_runner_finish_its_activity_and_stop_polling(
     await wait_until(lambda: events_of(client, second.workflow_id, "ActivityScheduled"), timeout=30)
 
     assert await runner.wait_exit(timeout=30) == 0, runner.log_tail()
-    assert await client.result(first.workflow_id, timeout=timedelta(seconds=5)) == {
+    assert await client.result(first.workflow_id, timeout=timedelta(seconds=30)) == {
         "attempt": 1,
         "task_list": tl,
     }
