@@ -1,0 +1,1 @@
+"""The step-workflow language: definitions, expressions and the interpreter."""

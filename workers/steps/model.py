@@ -1,0 +1,95 @@
+"""The parsed form of a step workflow: what `definition.py` builds from YAML and
+what the interpreter runs.
+
+Values inside a step (`args`, `input`, `condition`, `output`) stay as written:
+strings keep their `${…}` and are resolved by the interpreter when the step
+runs, so the same definition gives the same result on every replay.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import timedelta
+from typing import Any
+
+# Step types whose work is an activity task on a runner; every other step is
+# decided inside the decider from the history alone.
+EXTERNAL_TYPES = frozenset({"activity", "http", "shell"})
+# Step types that run nested steps; their idempotency is computed.
+COMPOUND_TYPES = frozenset({"if", "switch", "foreach", "workflow", "subworkflow", "child"})
+NON_IDEMPOTENT_TYPES = EXTERNAL_TYPES | {"fail"}
+RESERVED_IDS = frozenset({"start", "end", "exit", "last", "default", "here"})
+
+# The built-in activity types the runner offers (`http` always, `shell` only
+# with `--allow-shell`).
+HTTP_ACTIVITY = "weft.http"
+SHELL_ACTIVITY = "weft.shell"
+
+
+@dataclass(frozen=True)
+class Param:
+    """A declared workflow parameter: merged into `input` at the start."""
+
+    name: str
+    type: str = ""  # "", string, integer, double, boolean, map, list, json, yaml
+    default: Any = None
+    has_default: bool = False
+    required: bool = False
+
+
+@dataclass(frozen=True)
+class Step:
+    """One step.
+
+    `type` is the step type (`let`, `transform`, `log`, `sleep`, `wait`, `goto`,
+    `label`, `no-op`, `return`, `fail`, `retry`, `if`, `switch`, `foreach`,
+    `workflow`, `subworkflow`, `activity`, `http`, `shell`, `signal`, `child`).
+    `args` holds the type's own fields, from the shorthand or the long form
+    (see the table in `definition.py`); nested steps in `args` are `Step`s or
+    tuples of them.
+    """
+
+    type: str
+    line: int
+    index: int
+    args: dict[str, Any] = field(default_factory=dict)
+    id: str | None = None
+    name: str | None = None
+    input: dict[str, Any] = field(default_factory=dict)
+    condition: Any = None
+    output: Any = None
+    has_output: bool = False
+    next: str | None = None
+    on_error: tuple[Step, ...] = ()
+    timeout: timedelta | None = None
+    idempotent: str = "default"  # yes | no | default
+    replayable: str | None = None  # "from here" | "from here only" | "reset"
+
+    @property
+    def label(self) -> str:
+        return self.id or f"step {self.index + 1}"
+
+
+@dataclass(frozen=True)
+class Definition:
+    """A whole workflow definition."""
+
+    name: str
+    version: str
+    steps: tuple[Step, ...]
+    task_list: str = "default"
+    description: str = ""
+    parameters: tuple[Param, ...] = ()
+    input: dict[str, Any] = field(default_factory=dict)
+    output: Any = None
+    has_output: bool = False
+    on_error: tuple[Step, ...] = ()
+    timeout: timedelta | None = None
+    lock: Any = None
+    replayable: str = "enabled"  # enabled | disabled | from start | automatically
+    idempotent: str = ""  # "" or "all"
+    retention: str | None = None
+    decider_timeout: timedelta | None = None
+    execution_timeout: timedelta | None = None
+    source: str = ""  # the YAML text, snapshotted into WorkflowStarted
+    path: str = ""
