@@ -62,8 +62,10 @@ class DeciderWorker(Worker):
         grace: timedelta = DEFAULT_GRACE,
         pollers: int | None = None,
         register_types: bool = False,
+        fallback: Decider | None = None,
     ) -> None:
         self.register_types = register_types
+        self.fallback = fallback
         self.deciders: dict[tuple[str, str], Decider] = {}
         for decider in deciders:
             if not isinstance(decider, Decider):
@@ -113,8 +115,10 @@ class DeciderWorker(Worker):
             log.info("decider.registered", workflow_type=name, task_list=task_list)
 
     def decider_for(self, name: str, version: str) -> Decider | None:
-        """The decider of this exact version, else the one that takes any version."""
-        return self.deciders.get((name, version)) or self.deciders.get((name, ""))
+        """The decider of this exact version, else the one that takes any version,
+        else the fallback (the step interpreter takes every run that carries a
+        step definition)."""
+        return self.deciders.get((name, version)) or self.deciders.get((name, "")) or self.fallback
 
     async def _poll(self, task_list: str) -> s.PollForDecisionTaskResponse | None:
         resp: s.PollForDecisionTaskResponse = await self.client.rpc(

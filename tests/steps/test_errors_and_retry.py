@@ -1,0 +1,337 @@
+"""`on-error` at step and workflow level, and `retry` within a run: limits,
+backoff sequences (checked on the timers the history records), hashes,
+replay points and resuming."""
+
+from __future__ import annotations
+
+from sdk import AsyncClient
+from tests.helpers import unique
+from tests.steps import activities as acts
+from tests.steps.harness import Outcome, run_steps
+
+
+def backoffs(out: Outcome) -> list[float]:
+    """The retry waits, in seconds, as the history's timers record them."""
+    return [
+        e.attributes["start_to_fire_timeout"]
+        for e in out.of("TimerScheduled")
+        if str(e.attributes["timer_id"]).endswith(":backoff")
+    ]
+
+
+async def test_flaky_activity_retried_with_backoff_until_it_succeeds(client: AsyncClient) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: activity flaky
+            input: {{key: {key}, failures: 3}}
+            idempotent: yes
+            on-error:
+              - retry limit 5 backoff 100ms
+          - return ${{output.attempt}}
+        """,
+        activities=acts.ALL,
+    )
+    assert out.result == 4
+    assert len(out.of("ActivityFailed")) == 3
+    assert backoffs(out) == [0.1, 0.1, 0.1]
+    # each retry resumed the same step: new activity ids, same index
+    assert [a["activity_id"] for a in out.activities()] == ["0.1", "0.2", "0.3", "0.4"]
+    flaky = [s for s in out.steps() if s["type"] == "activity"]
+    assert [s.get("resumed", False) for s in flaky] == [False, True, True, True]
+
+
+async def test_retry_limit_counts_retries_exactly(client: AsyncClient) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: activity flaky
+            input: {{key: {key}, failures: 100}}
+            idempotent: yes
+            on-error:
+              - retry limit 3
+        """,
+        activities=acts.ALL,
+    )
+    # `limit 3` allows three retries: four attempts, then RetriesExceeded
+    assert len(out.of("ActivityFailed")) == 4
+    assert out.reason == "RetriesExceeded"
+    assert out.details["details"]["type"] == "ActivityFailed"
+
+
+async def test_backoff_sequence_increasing_up_to_a_cap(client: AsyncClient) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: activity flaky
+            input: {{key: {key}, failures: 100}}
+            idempotent: yes
+            on-error:
+              - retry limit 5 backoff 10ms 20ms increasing 3x up to 200ms
+        """,
+        activities=acts.ALL,
+    )
+    # 10ms 20ms then x3 from the last initial value, capped
+    assert backoffs(out) == [0.01, 0.02, 0.06, 0.18, 0.2]
+    assert out.reason == "RetriesExceeded"
+
+
+async def test_limit_in_a_window_uses_the_retry_times(client: AsyncClient) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: activity flaky
+            input: {{key: {key}, failures: 100}}
+            idempotent: yes
+            on-error:
+              - retry limit 2 in 5m
+        """,
+        activities=acts.ALL,
+    )
+    assert len(out.of("ActivityFailed")) == 3
+    assert out.reason == "RetriesExceeded"
+
+
+async def test_retries_with_the_same_hash_share_one_count(client: AsyncClient) -> None:
+    key1, key2 = unique("flaky"), unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: activity flaky
+            input: {{key: {key1}, failures: 1}}
+            idempotent: yes
+            on-error:
+              - type: retry
+                limit: [1]
+                hash: shared
+          - step: activity flaky
+            input: {{key: {key2}, failures: 1}}
+            idempotent: yes
+            on-error:
+              - type: retry
+                limit: [1]
+                hash: shared
+        """,
+        activities=acts.ALL,
+    )
+    # the first step used the shared retry; the second has none left
+    assert out.reason == "RetriesExceeded"
+    assert len(out.of("ActivitySuccess")) == 1
+
+
+async def test_non_idempotent_step_cannot_resume_without_a_replay_point(
+    client: AsyncClient,
+) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: activity flaky
+            input: {{key: {key}, failures: 1}}
+            on-error:
+              - retry limit 2
+        """,
+        activities=acts.ALL,
+    )
+    assert out.reason == "ReplayError"
+    assert "not idempotent" in out.details["message"]
+    assert len(out.of("ActivityScheduled")) == 1
+
+
+async def test_non_idempotent_step_replays_from_the_last_replay_point(
+    client: AsyncClient,
+) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - let tries = 0
+          - step: let tries = ${{tries}} + 1
+            replayable: from here
+          - step: activity flaky
+            input: {{key: {key}, failures: 2}}
+            on-error:
+              - retry limit 3
+          - return ${{tries}}
+        """,
+        activities=acts.ALL,
+    )
+    # each retry went back to the replay point with the variables as there
+    assert out.result == 1
+    keys = out.step_keys()
+    assert keys.count("1.1") == 1 and "1.3" in keys
+
+
+async def test_retry_step_outside_a_handler_replays_from_the_replay_point(
+    client: AsyncClient,
+) -> None:
+    out = await run_steps(
+        client,
+        """
+        replayable: from start
+        steps:
+          - let n = ${workflow.var.n} ?? 0
+          - let seen = ${input.seen} ?? 0
+          - step: retry limit 2
+            condition: {target: "${n}", less-than: 5}
+          - return ${n}
+        """,
+    )
+    # from start restores the variables as at the start: n is recomputed each time
+    assert out.reason == "RetriesExceeded"
+
+
+async def test_retry_from_a_step_without_replay_is_a_goto(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - let count = 0
+          - id: again
+            step: let count = ${count} + 1
+          - step: retry from again limit 10
+            condition: {target: "${count}", less-than: 4}
+          - return ${count}
+        """,
+    )
+    assert out.result == 4
+
+
+async def test_handler_conditions_pick_the_handler(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: activity explode
+            input: {message: disk full}
+            on-error:
+              - step: let output = wrong
+                condition: {error-type: Timeout}
+              - step: let output = matched ${workflow.error.type}
+                condition: {target: "${workflow.error.message}", glob: "*disk full*"}
+          - return ${output}
+        """,
+        activities=acts.ALL,
+    )
+    assert out.result == "matched ActivityFailed"
+
+
+async def test_no_matching_handler_propagates_the_error(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: fail message original
+            on-error:
+              - step: let x = 1
+                condition: {error-type: Timeout}
+        """,
+    )
+    assert out.reason == "Fail"
+    assert out.details["message"] == "original"
+
+
+async def test_handler_next_jumps(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: fail message first
+            on-error:
+              - step: let handled = yes
+                next: recover
+          - return not here
+          - id: recover
+            step: return recovered ${handled}
+        """,
+    )
+    assert out.result == "recovered yes"
+
+
+async def test_fail_rethrow_keeps_the_original_error(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: activity explode
+            input: {message: kaput}
+            on-error:
+              - log handling ${error.message}
+              - fail rethrow
+        """,
+        activities=acts.ALL,
+    )
+    assert out.reason == "ActivityFailed"
+    assert "kaput" in out.details["message"]
+
+
+async def test_fail_rethrow_outside_a_handler_is_an_error(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: fail rethrow
+            on-error:
+              - return caught ${error.message}
+        """,
+    )
+    assert out.result == "caught fail rethrow outside an error handler"
+
+
+async def test_workflow_on_error_ends_the_workflow_successfully(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        on-error:
+          - let output = handled ${workflow.error.type}
+        steps:
+          - fail message broken
+          - return unreachable
+        """,
+    )
+    assert out.result == "handled Fail"
+
+
+async def test_workflow_on_error_retry_resumes_the_failed_step(client: AsyncClient) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        on-error:
+          - retry limit 3 backoff 10ms
+        steps:
+          - let a = 1
+          - step: activity flaky
+            input: {{key: {key}, failures: 2}}
+            idempotent: yes
+          - return ${{output.attempt}}
+        """,
+        activities=acts.ALL,
+    )
+    assert out.result == 3
+
+
+async def test_workflow_timeout_fails_the_run(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        timeout: 300ms
+        on-error:
+          - return handled
+        steps:
+          - wait signal never
+        """,
+    )
+    # a workflow timeout skips the workflow's on-error
+    assert out.reason == "Timeout"

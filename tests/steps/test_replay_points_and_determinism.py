@@ -1,0 +1,165 @@
+"""What the history carries for replay, and that replaying it decides the
+same: the `step` markers' replay-point changes, and a history refused by a
+definition that would decide differently."""
+
+from __future__ import annotations
+
+import pytest
+
+from sdk import AsyncClient, Event
+from tests.steps import activities as acts
+from tests.steps.harness import definition_text, run_steps
+from workers.steps.definition import parse
+from workers.steps.errors import NonDeterminism
+from workers.steps.interpreter import check_history, replay
+
+
+async def test_markers_record_replay_point_changes(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: let a = 1
+            replayable: from here
+          - step: let b = 2
+            replayable: from here only
+          - workflow replayable reset
+          - workflow replayable from here
+          - step: let c = 3
+            replayable: reset
+          - return ${a} ${b} ${c}
+        """,
+    )
+    assert out.result == "1 2 3"
+    changes = [(s["index"], s.get("replayable")) for s in out.steps()]
+    assert changes == [
+        (0, "from here"),
+        (1, "from here only"),
+        (2, "reset"),
+        (3, "from here"),
+        (4, "reset"),
+        (5, None),
+    ]
+    # each marker carries the variables as at the step's entry
+    assert [s["variables"] for s in out.steps()][-1] == {"a": 1, "b": 2, "c": 3}
+
+
+async def test_a_list_in_place_of_a_step_is_an_inline_block(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - let x = 1
+          - - let x = ${x} + 1
+            - let y = ${x} * 10
+          - return ${x} ${y}
+        """,
+    )
+    # an inline block shares its workflow's variables
+    assert out.result == "2 20"
+
+
+async def test_a_history_replayed_by_a_changed_definition_is_refused(
+    client: AsyncClient,
+) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: activity add
+            input: {a: 1, b: 2}
+          - step: activity add
+            input: {a: "${output}", b: 3}
+          - return ${output}
+        """,
+        activities=acts.ALL,
+    )
+    assert out.result == 6
+    started = out.history[0].attributes
+    name, task_list = started["workflow_type"]["name"], started["task_list"]
+    changed = parse(
+        definition_text(
+            """
+            steps:
+              - step: activity echo
+                input: {value: 1}
+              - return ${output}
+            """,
+            name,
+            task_list,
+        ),
+        "changed.yaml",
+    )
+    with pytest.raises(NonDeterminism, match="gave"):
+        check_history(changed, out.history, out.run_id, out.workflow_id)
+
+
+async def test_every_decision_task_decides_again_what_it_recorded(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: foreach n in 1..3
+            concurrency: 2
+            do:
+              - step: activity add
+                input: {a: "${n}", b: 1}
+          - sleep 10ms
+          - return ${output}
+        """,
+        activities=acts.ALL,
+    )
+    assert out.result == [2, 3, 4]
+    started = out.history[0].attributes
+    definition = parse(
+        definition_text(
+            """
+            steps:
+              - step: foreach n in 1..3
+                concurrency: 2
+                do:
+                  - step: activity add
+                    input: {a: "${n}", b: 1}
+              - sleep 10ms
+              - return ${output}
+            """,
+            started["workflow_type"]["name"],
+            started["task_list"],
+        ),
+        "same.yaml",
+    )
+    # Re-decide each task from the history as it stood then: the same decisions.
+    tasks = [e for e in out.history if e.type == "DeciderStarted"]
+    assert len(tasks) >= 3
+    for task in tasks:
+        upto = [e for e in out.history if e.event_id <= task.event_id]
+        decisions = replay(definition, upto, task.event_id, out.run_id, out.workflow_id)
+        recorded = [
+            e.type
+            for e in out.history
+            if e.attributes.get("decider_completed_event_id")
+            and _completed_for(out.history, task.event_id)
+            == e.attributes["decider_completed_event_id"]
+        ]
+        made = [d.kind for d in decisions if d.kind not in CLOSE]
+        assert [RECORDED[k] for k in made] == [t for t in recorded if t not in CLOSED]
+
+
+CLOSE = {"CompleteWorkflow", "FailWorkflow", "CancelWorkflow"}
+CLOSED = {"WorkflowSuccess", "WorkflowFailed", "WorkflowCanceled"}
+RECORDED = {
+    "ScheduleActivity": "ActivityScheduled",
+    "StartTimer": "TimerScheduled",
+    "RecordMarker": "Marker",
+    "RequestCancelActivity": "ActivityCancelRequested",
+    "CancelTimer": "TimerCanceled",
+}
+
+
+def _completed_for(history: list[Event], started_id: int) -> int | None:
+    for event in history:
+        if event.type == "DeciderCompleted" and event.attributes.get("started_event_id") == (
+            started_id
+        ):
+            return event.event_id
+    return None

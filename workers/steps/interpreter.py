@@ -1,0 +1,305 @@
+"""The step-workflow decider: it replays the run's history through the step
+interpreter and answers with the decisions of the current task.
+
+The history is cut into the decision tasks that completed. For each, the
+events that arrived before its `DeciderStarted` are delivered (activity
+results, timers, signals), the steps run until all of them wait on the
+history again, and the decisions they make are compared with the ones the
+history records for that task: a replay that decides differently raises
+`NonDeterminism` rather than acting on a history it does not match. What the
+steps decide after the last `DeciderStarted` is the answer. "Now" is that
+task's `DeciderStarted` time, so time-dependent values are the same on every
+replay.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from functools import lru_cache
+from typing import Any
+
+from sdk.decider import Decider, Decision, DecisionTask
+from sdk.events import Event
+from workers.steps import definition as definitions
+from workers.steps import expressions
+from workers.steps.errors import Jump, NonDeterminism, Replay, Return, StepError
+from workers.steps.executor import Frame, Run, locks_unsupported
+from workers.steps.model import Definition, Param
+from workers.steps.operations import RunOperations
+from workers.steps.runtime import Cancelled, Scheduler, Task, first_of
+from workers.steps.scope import StepScope
+
+STEP_MARKER = "step"
+# How a decision made while replaying shows in the history, by the id it names.
+_RECORDED = {
+    "ScheduleActivity": (("ActivityScheduled", "ActivityScheduleFailed"), "activity_id"),
+    "RequestCancelActivity": (("ActivityCancelRequested", "ActivityCancelFailed"), "activity_id"),
+    "StartTimer": (("TimerScheduled", "TimerScheduleFailed"), "timer_id"),
+    "CancelTimer": (("TimerCanceled", "TimerCancelFailed"), "timer_id"),
+    "RecordMarker": (("Marker", "MarkerFailed"), "marker_name"),
+}
+
+
+class StepDecider(Decider):
+    """Decides every run whose `WorkflowStarted` carries a step definition, and
+    runs of the types in `definitions` (loaded by `weft decider --definitions`)."""
+
+    def __init__(self, local: Iterable[Definition] = ()) -> None:
+        self.local = {(d.name, d.version): d for d in local}
+
+    def definition_for(self, history: Sequence[Event]) -> Definition:
+        if not history or history[0].type != "WorkflowStarted":
+            raise StepError("InvalidHistory", "the history does not start with WorkflowStarted")
+        started = history[0]
+        source = str(started.get("definition") or "")
+        if source:
+            return _parse(source)
+        kind = started.get("workflow_type") or {}
+        name, version = str(kind.get("name", "")), str(kind.get("version", ""))
+        found = self.local.get((name, version)) or self.local.get((name, "1"))
+        if found is None:
+            raise StepError(
+                "UnknownWorkflowType", f"no step definition for {name!r} version {version!r}"
+            )
+        return found
+
+    def decide(self, task: DecisionTask) -> None:
+        definition = self.definition_for(task.history)
+        decisions = replay(
+            definition, task.history, task.started_event_id, task.run_id, task.workflow_id
+        )
+        task.decisions.extend(decisions)
+
+
+@lru_cache(maxsize=256)
+def _parse(source: str) -> Definition:
+    return definitions.parse(source, "<snapshot>")
+
+
+@dataclass
+class _Batch:
+    started: Event
+    events: list[Event]
+    completed_id: int | None
+
+
+def _batches(history: Sequence[Event], started_event_id: int) -> list[_Batch]:
+    """The decision tasks that completed, and the current one, each with the
+    events delivered before it."""
+    completed = {
+        int(e.get("started_event_id", 0)): e.event_id
+        for e in history
+        if e.type == "DeciderCompleted"
+    }
+    batches: list[_Batch] = []
+    pending: list[Event] = []
+    for event in history:
+        if event.type == "DeciderStarted" and (
+            event.event_id in completed or event.event_id == started_event_id
+        ):
+            batches.append(_Batch(event, pending, completed.get(event.event_id)))
+            pending = []
+        else:
+            pending.append(event)
+    return batches
+
+
+def replay(
+    definition: Definition,
+    history: Sequence[Event],
+    started_event_id: int,
+    run_id: str = "",
+    workflow_id: str = "",
+) -> list[Decision]:
+    """The decisions of the task whose `DeciderStarted` is `started_event_id`;
+    raises `NonDeterminism` if an earlier task's recorded decisions differ."""
+    interpreter = Interpreter(definition, workflow_id, run_id)
+    answer: list[Decision] = []
+    for batch in _batches(history, started_event_id):
+        current = batch.started.event_id == started_event_id
+        commands = interpreter.advance(batch.events, batch.started, replaying=not current)
+        if current:
+            answer = commands
+        elif batch.completed_id is not None:
+            _check(commands, history, batch.completed_id)
+    return answer
+
+
+def check_history(
+    definition: Definition, history: Sequence[Event], run_id: str = "", workflow_id: str = ""
+) -> None:
+    """Replay a whole recorded history and check every decision task's
+    decisions against it: the determinism test of the suite."""
+    interpreter = Interpreter(definition, workflow_id, run_id)
+    for batch in _batches(history, -1):
+        commands = interpreter.advance(batch.events, batch.started, replaying=True)
+        if batch.completed_id is not None:
+            _check(commands, history, batch.completed_id)
+
+
+def _check(commands: list[Decision], history: Sequence[Event], completed_id: int) -> None:
+    made = [_identify(d) for d in commands if d.kind in _RECORDED]
+    recorded: list[tuple[tuple[str, ...], str]] = []
+    for event in history:
+        if event.get("decider_completed_event_id") != completed_id:
+            continue
+        for kinds, field in _RECORDED.values():
+            if event.type in kinds:
+                recorded.append((kinds, str(event.get(field, ""))))
+    if [m[1] for m in made] != [r[1] for r in recorded] or any(
+        m[0] != r[0] for m, r in zip(made, recorded, strict=True)
+    ):
+        raise NonDeterminism(
+            f"replaying decision task {completed_id} gave {[m[1] for m in made]},"
+            f" the history records {[r[1] for r in recorded]}"
+        )
+
+
+def _identify(decision: Decision) -> tuple[tuple[str, ...], str]:
+    kinds, field = _RECORDED[decision.kind]
+    return kinds, str(decision.attributes.get(field, ""))
+
+
+class Interpreter:
+    """The steps of one run, advanced decision task by decision task."""
+
+    def __init__(self, definition: Definition, workflow_id: str, run_id: str) -> None:
+        self.definition = definition
+        self.ops = RunOperations(workflow_id, run_id)
+        self.scheduler = Scheduler()
+        self.run = Run(definition, self.ops, self.scheduler)
+        self.main: Task | None = None
+        self.close: Decision | None = None
+
+    def advance(self, events: list[Event], started: Event, *, replaying: bool) -> list[Decision]:
+        ops = self.ops
+        ops.now = started.timestamp
+        ops.replaying = replaying
+        for event in events:
+            if event.type == "WorkflowStarted":
+                self._start(event)
+            elif event.type == "WorkflowCancelRequested" and self.main is not None:
+                self.main.cancel()
+            else:
+                ops.deliver(event)
+        self.scheduler.run()
+        commands = ops.take_commands()
+        if self.main is not None and self.main.done:
+            commands.append(self._close_decision(self.main))
+        return commands
+
+    def _start(self, event: Event) -> None:
+        if not self.ops.workflow_id:
+            self.ops.workflow_id = str(event.get("workflow_id", ""))
+        self.main = self.scheduler.spawn(self._main(event.get("input")))
+
+    # -- the workflow -------------------------------------------------------------------
+
+    async def _main(self, given: Any) -> Any:
+        definition = self.definition
+        if definition.lock:
+            raise locks_unsupported()
+        self.run.input = _workflow_input(definition, given)
+        top = Frame(
+            self.run,
+            definition.steps,
+            "",
+            input=self.run.input,
+            replay_from_start=definition.replayable == "from start",
+        )
+        if definition.timeout is None:
+            return await self._steps(top)
+        body = self.scheduler.spawn(self._steps(top))
+        timer = self.ops.timer("workflow:timeout", definition.timeout)
+        try:
+            winner = await first_of(body.future, timer)
+        except Cancelled:
+            body.cancel()
+            timer.cancel()
+            raise
+        if winner is timer:
+            # Brooklyn: a workflow timeout skips the workflow's on-error (which
+            # runs inside `_steps`, the task being cancelled here).
+            body.cancel()
+            raise StepError("Timeout", f"the workflow timed out after {definition.timeout}")
+        timer.cancel()
+        return body.future.result()
+
+    async def _steps(self, top: Frame) -> Any:
+        definition = self.definition
+        start, resume = 0, False
+        while True:
+            try:
+                output = await top.run_steps(start, resume)
+                break
+            except Return as done:
+                return done.value
+            except Jump as jump:
+                raise StepError("StepNotFound", f"no step with id {jump.target!r}") from None
+            except StepError as error:
+                if not definition.on_error:
+                    raise
+                try:
+                    output, target = await top.handle_error(definition.on_error, error, "workflow")
+                except Replay as replay:
+                    start, resume = top.resolve_replay(replay)
+                    continue
+                except Return as done:
+                    return done.value
+                if target is None or target == "exit":
+                    return output
+                if target == "end":
+                    break
+                found = top.index_of(target)
+                if found is None:
+                    raise StepError("StepNotFound", f"no step with id {target!r}") from None
+                start, resume = found, False
+        if definition.has_output:
+            scope = StepScope(top, "workflow", output=output)
+            try:
+                return expressions.interpolate(definition.output, scope)
+            except expressions.ExpressionError as exc:
+                raise StepError("ExpressionError", str(getattr(exc, "message", exc))) from None
+        return output
+
+    def _close_decision(self, main: Task) -> Decision:
+        error = main.future.error
+        if error is None:
+            return Decision("CompleteWorkflow", {"result": main.future.result()})
+        if isinstance(error, Cancelled):
+            return Decision("CancelWorkflow", {"details": None})
+        if isinstance(error, StepError):
+            return Decision("FailWorkflow", {"reason": error.type, "details": error.as_dict()})
+        # A defect of the interpreter: fail the decision task, not the workflow,
+        # so a fixed decider can still carry the run on.
+        raise error
+
+
+def _workflow_input(definition: Definition, given: Any) -> dict[str, Any]:
+    """The definition's `input` defaults, the parameters' defaults, then what
+    the start gave; parameters are checked and typed."""
+    if given is not None and not isinstance(given, Mapping):
+        raise StepError("InvalidInput", "the workflow input must be a JSON object")
+    merged: dict[str, Any] = copy.deepcopy(dict(definition.input))
+    for param in definition.parameters:
+        if param.has_default:
+            merged.setdefault(param.name, copy.deepcopy(param.default))
+    merged.update(given or {})
+    for param in definition.parameters:
+        _check_param(param, merged)
+    return merged
+
+
+def _check_param(param: Param, values: dict[str, Any]) -> None:
+    if param.name not in values or values[param.name] is None:
+        if param.required:
+            raise StepError("InvalidInput", f"parameter {param.name!r} is required")
+        return
+    if param.type:
+        try:
+            values[param.name] = expressions.coerce(param.type, values[param.name])
+        except expressions.ExpressionError as exc:
+            message = str(getattr(exc, "message", exc))
+            raise StepError("InvalidInput", f"parameter {param.name!r}: {message}") from None

@@ -1,0 +1,187 @@
+"""The run as the step interpreter sees it while replaying: the operations that
+wait on the history (activities, timers, signals) and the decisions they make.
+
+Each operation is a `Future` keyed by a deterministic id (the step's key), so
+when the history is replayed the same step finds the same event. Cancelling an
+operation's future records its cancel decision (`RequestCancelActivity`,
+`CancelTimer`): a step timeout that wins its race cancels the slow activity.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict, deque
+from datetime import datetime, timedelta
+from typing import Any
+
+import structlog
+
+from sdk.decider import Decision
+from sdk.events import Event
+from workers.steps.errors import StepError
+from workers.steps.runtime import Future
+
+log = structlog.get_logger("weft.steps")
+
+
+class RunOperations:
+    """Futures for the run's activities, timers and signals, fed by events."""
+
+    def __init__(self, workflow_id: str, run_id: str) -> None:
+        self.workflow_id = workflow_id
+        self.run_id = run_id
+        self.now = datetime.min
+        self.replaying = True
+        self.commands: list[Decision] = []
+        self._activities: dict[str, Future] = {}
+        self._by_scheduled: dict[int, str] = {}
+        self._timers: dict[str, Future] = {}
+        self._signals: dict[str, deque[Any]] = defaultdict(deque)
+        self._waiters: dict[str, deque[Future]] = defaultdict(deque)
+
+    # -- decisions ----------------------------------------------------------------------
+
+    def command(self, kind: str, **attributes: Any) -> None:
+        self.commands.append(Decision(kind, attributes))
+
+    def take_commands(self) -> list[Decision]:
+        commands, self.commands = self.commands, []
+        return commands
+
+    # -- operations ---------------------------------------------------------------------
+
+    def activity(
+        self,
+        activity_id: str,
+        activity_type: str,
+        input: Any,
+        *,
+        version: str = "",
+        task_list: str = "",
+        timeouts: dict[str, timedelta | None] | None = None,
+    ) -> Future:
+        spans = timeouts or {}
+        future = Future(
+            on_cancel=lambda: self.command("RequestCancelActivity", activity_id=activity_id)
+        )
+        self._activities[activity_id] = future
+        self.command(
+            "ScheduleActivity",
+            activity_id=activity_id,
+            activity_type=activity_type,
+            version=version,
+            input=input,
+            task_list=task_list,
+            schedule_to_start=spans.get("schedule_to_start"),
+            start_to_close=spans.get("start_to_close"),
+            schedule_to_close=spans.get("schedule_to_close"),
+            heartbeat=spans.get("heartbeat"),
+        )
+        return future
+
+    def timer(self, timer_id: str, delay: timedelta) -> Future:
+        future = Future(on_cancel=lambda: self.command("CancelTimer", timer_id=timer_id))
+        self._timers[timer_id] = future
+        self.command("StartTimer", timer_id=timer_id, delay=max(delay, timedelta(milliseconds=1)))
+        return future
+
+    def signal(self, name: str) -> Future:
+        """The oldest signal of this name not yet taken by another wait; signals
+        that arrive before anyone waits are kept for the next wait."""
+        queue = self._signals[name]
+        if queue:
+            taken = Future()
+            taken.set_result(queue.popleft())
+            return taken
+        waiters = self._waiters[name]
+        future = Future(on_cancel=lambda: _discard(waiters, future))
+        waiters.append(future)
+        return future
+
+    def marker(self, name: str, details: Any) -> None:
+        self.command("RecordMarker", marker_name=name, details=details)
+
+    # -- events -------------------------------------------------------------------------
+
+    def deliver(self, event: Event) -> None:
+        """Resolve whatever `event` completes."""
+        kind = event.type
+        if kind == "ActivityScheduled":
+            self._by_scheduled[event.event_id] = str(event.get("activity_id", ""))
+        elif kind == "ActivityScheduleFailed":
+            self._fail_activity(
+                str(event.get("activity_id", "")),
+                StepError(
+                    "ActivityScheduleFailed",
+                    f"activity could not be scheduled: {event.get('cause', '')}",
+                    {"cause": event.get("cause", "")},
+                ),
+            )
+        elif kind in _ACTIVITY_OUTCOMES:
+            activity_id = self._by_scheduled.get(int(event.get("scheduled_event_id", 0)), "")
+            future = self._activities.get(activity_id)
+            if future is None:
+                return
+            if kind == "ActivitySuccess":
+                future.set_result(event.get("result"))
+            else:
+                future.set_error(_activity_error(activity_id, event))
+        elif kind == "TimerExpired":
+            timer = self._timers.get(str(event.get("timer_id", "")))
+            if timer is not None:
+                timer.set_result(None)
+        elif kind == "TimerScheduleFailed":
+            timer = self._timers.get(str(event.get("timer_id", "")))
+            if timer is not None:
+                cause = event.get("cause", "")
+                timer.set_error(StepError("TimerFailed", f"timer refused: {cause}"))
+        elif kind == "Signal":
+            name = str(event.get("signal_name", ""))
+            waiters = self._waiters[name]
+            if waiters:
+                waiters.popleft().set_result(event.get("input"))
+            else:
+                self._signals[name].append(event.get("input"))
+
+    def _fail_activity(self, activity_id: str, error: StepError) -> None:
+        future = self._activities.get(activity_id)
+        if future is not None:
+            future.set_error(error)
+
+
+_ACTIVITY_OUTCOMES = frozenset(
+    {
+        "ActivitySuccess",
+        "ActivityFailed",
+        "ActivityTimedOut",
+        "ActivityScheduledTimeout",
+        "ActivityCanceled",
+    }
+)
+
+
+def _activity_error(activity_id: str, event: Event) -> StepError:
+    details = event.get("details")
+    if event.type == "ActivityFailed":
+        reason = str(event.get("reason", "")) or "ActivityFailed"
+        message = details.get("message") if isinstance(details, dict) else None
+        text = f"{reason}: {message}" if message else reason
+        return StepError("ActivityFailed", text, {"reason": reason, "details": details})
+    if event.type == "ActivityTimedOut":
+        kind = str(event.get("timeout_type", "")) or "START_TO_CLOSE"
+        return StepError(
+            "ActivityTimedOut",
+            f"activity {activity_id} timed out ({kind})",
+            {"timeout_type": kind, "details": details},
+        )
+    if event.type == "ActivityScheduledTimeout":
+        return StepError(
+            "ActivityTimedOut",
+            f"no runner took activity {activity_id} in time (SCHEDULE_TO_START)",
+            {"timeout_type": "SCHEDULE_TO_START"},
+        )
+    return StepError("ActivityCanceled", f"activity {activity_id} was canceled", details)
+
+
+def _discard(queue: deque[Future], future: Future) -> None:
+    if future in queue:
+        queue.remove(future)
