@@ -8,7 +8,7 @@ import signal
 import subprocess
 from pathlib import Path
 
-from tests.serverproc import WEFT
+from tests.serverproc import WEFT, ServerProcess
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -84,3 +84,17 @@ class WorkerProcess:
     def log_tail(self, lines: int = 30) -> str:
         tail = "\n".join(self.log().splitlines()[-lines:])
         return f"--- {self.log_path} ---\n{tail}"
+
+
+def spawn(
+    workers: list[WorkerProcess],
+    node: ServerProcess,
+    log_dir: Path,
+    kind: str,
+    name: str,
+    *args: str,
+) -> WorkerProcess:
+    """Start `weft KIND ARGS…` against `node`; `workers` stops it at the end."""
+    worker = WorkerProcess(kind, list(args), node.address, log_dir, name).start()
+    workers.append(worker)
+    return worker

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import subprocess
 import sys
-from collections.abc import AsyncIterator, Iterator
+from collections.abc import AsyncIterator
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -24,44 +24,15 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from tests.helpers import unique, wait_until
 from tests.serverproc import WEFT, ServerProcess
-from tests.workerproc import REPO, WorkerProcess
+from tests.workerproc import REPO, WorkerProcess, spawn
 
 SLOW_FLOW = str(Path(__file__).with_name("slow_flow.py"))
-
-
-@pytest.fixture
-async def node(db_url: str, tmp_path: Path) -> AsyncIterator[ServerProcess]:
-    proc = ServerProcess(db_url, tmp_path, name="server", long_poll="2s")
-    await proc.start()
-    yield proc
-    proc.stop()
-
-
-@pytest.fixture
-def workers(tmp_path: Path) -> Iterator[list[WorkerProcess]]:
-    started: list[WorkerProcess] = []
-    yield started
-    for worker in started:
-        worker.stop()
 
 
 @pytest.fixture
 async def client(node: ServerProcess) -> AsyncIterator[AsyncClient]:
     async with AsyncClient(node.address) as sdk_client:
         yield sdk_client
-
-
-def spawn(
-    workers: list[WorkerProcess],
-    node: ServerProcess,
-    tmp_path: Path,
-    kind: str,
-    name: str,
-    *args: str,
-) -> WorkerProcess:
-    worker = WorkerProcess(kind, list(args), node.address, tmp_path, name).start()
-    workers.append(worker)
-    return worker
 
 
 def weft(address: str, *args: str) -> subprocess.CompletedProcess[str]:
