@@ -233,9 +233,16 @@ class AsyncClient:
         default_execution_timeout: timedelta | None = None,
         default_decider_timeout: timedelta | None = None,
         description: str = "",
+        definition: str = "",
     ) -> None:
         """Record a workflow type's defaults; registering again changes the ones given
-        and keeps the others."""
+        and keeps the others.
+
+        `definition` is a step workflow's YAML text: every run started afterwards
+        carries a copy in its `WorkflowStarted` (`attributes["definition"]`), so
+        registering a new one never changes a run under way. Over 256 KiB it is
+        refused with `InvalidArgumentError`.
+        """
         await self.rpc(
             "RegisterWorkflowType",
             s.RegisterWorkflowTypeRequest(
@@ -245,6 +252,7 @@ class AsyncClient:
                 default_execution_timeout=duration(default_execution_timeout),
                 default_decider_timeout=duration(default_decider_timeout),
                 description=description,
+                definition=definition,
             ),
         )
 

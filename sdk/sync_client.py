@@ -170,6 +170,7 @@ class Client:
         default_execution_timeout: timedelta | None = None,
         default_decider_timeout: timedelta | None = None,
         description: str = "",
+        definition: str = "",
     ) -> None:
         self.run(
             self.aio.register_workflow_type(
@@ -179,6 +180,7 @@ class Client:
                 default_execution_timeout=default_execution_timeout,
                 default_decider_timeout=default_decider_timeout,
                 description=description,
+                definition=definition,
             )
         )
 

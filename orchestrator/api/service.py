@@ -30,18 +30,34 @@ __all__ = ["ServiceSettings", "WorkflowService"]
 
 log = structlog.get_logger("weft.api")
 R = TypeVar("R")
+# The version a step definition has when it names none (STEPS.md).
+DEFAULT_VERSION = "1"
 
 
 class WorkflowService(TaskService, sg.WorkflowServiceServicer):
     # -- starting and talking to workflows --------------------------------------
 
+    async def _registered_type(
+        self, ns: str, name: str, version: str
+    ) -> tuple[str, dict[str, Any]]:
+        """(version, registered defaults) of the type a start names.
+
+        An empty version is the type registered without one; failing that, the
+        one registered as version "1", the version a step definition has when it
+        names none, so `weft start NAME` reaches a registered definition.
+        """
+        candidates = [(name, version)] if version else [(name, ""), (name, DEFAULT_VERSION)]
+        found = await self._store.registered_types("workflow", ns, candidates)
+        for key in candidates:
+            if key in found:
+                return key[1], found[key]
+        return version, {}
+
     async def _start_command(self, req: s.StartWorkflowRequest, ns: str) -> StartCommand:
         validate.name("workflow_id", req.workflow_id, self._settings.limits.id_length)
         wtype = req.workflow_type
         validate.name("workflow_type.name", wtype.name)
-        registered = (
-            await self._store.registered_types("workflow", ns, [(wtype.name, wtype.version)])
-        ).get((wtype.name, wtype.version), {})
+        version, registered = await self._registered_type(ns, wtype.name, wtype.version)
         task_list = req.task_list or registered.get("default_task_list") or ""
         if not task_list:
             raise InvalidArgument(
@@ -53,7 +69,7 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         decider = validate.optional_seconds(req, "decider_timeout")
         return StartCommand(
             type_name=wtype.name,
-            type_version=wtype.version,
+            type_version=version,
             task_list=task_list,
             input=optional_payload(req, "input"),
             execution_timeout=execution
@@ -63,6 +79,7 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
             or registered.get("default_decider_timeout")
             or defaults.decider_timeout,
             identity=req.identity,
+            definition=registered.get("definition") or "",
         )
 
     @grpc_errors
@@ -295,6 +312,8 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
                     req, "default_decider_timeout"
                 ),
                 "description": req.description,
+                # Checked against `Limits.definition_bytes` with the request.
+                "definition": req.definition,
             },
         )
         return s.RegisterWorkflowTypeResponse()

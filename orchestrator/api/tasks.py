@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -28,6 +28,7 @@ from orchestrator.engine.transition import Transition
 from orchestrator.store.store import TaskListKey
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
+from sdk.api.weft.v1.decisions_pb2 import Decision
 from sdk.api.weft.v1.history_pb2 import HistoryEvent
 
 from . import validate
@@ -133,7 +134,8 @@ class TaskService(ServiceBase):
             for d in req.decisions
             if d.WhichOneof("attributes") == "schedule_activity"
         }
-        namespace = self._tokens.decode(req.task_token, DECISION).key.namespace
+        run = self._tokens.decode(req.task_token, DECISION).key
+        namespace = run.namespace
         registered = await self._store.registered_types("activity", namespace, wanted)
         context = DecisionContext(
             limits=self._settings.limits,
@@ -149,6 +151,7 @@ class TaskService(ServiceBase):
                 for k, v in registered.items()
             },
             new_run_id=str(uuid.uuid4()),
+            new_run_definition=await self._successor_definition(run, req.decisions),
         )
         await self._answer(
             req,
@@ -156,6 +159,21 @@ class TaskService(ServiceBase):
             lambda t, token: complete_decision_task(t, token, req.decisions, req.identity, context),
         )
         return s.RespondDecisionTaskCompletedResponse()
+
+    async def _successor_definition(self, run: RunKey, decisions: Sequence[Decision]) -> str:
+        """The registered definition of the type a ContinueAsNew decision starts
+        (the run's own type unless the decision names another): the new run
+        snapshots it as a start does. A run's type never changes, so reading it
+        outside the answer's transaction is safe."""
+        cont = next((x.continue_as_new for x in decisions if x.HasField("continue_as_new")), None)
+        if cont is None:
+            return ""
+        name, version = cont.workflow_type.name, cont.workflow_type.version
+        if not name:
+            state = await self._store.load_state(run.run_id)
+            name, version = state.type_name, state.type_version
+        found = await self._store.registered_types("workflow", run.namespace, [(name, version)])
+        return str(found.get((name, version), {}).get("definition") or "")
 
     @grpc_errors
     async def RespondDecisionTaskFailed(

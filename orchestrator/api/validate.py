@@ -100,5 +100,11 @@ def _string(where: str, field: str, text: str, limits: Limits) -> None:
     elif field in _TEXT_FIELDS:
         if len(text) > TEXT_LENGTH:
             raise InvalidArgument(f"{where} is longer than {TEXT_LENGTH} characters")
+    elif field == "definition":
+        size = len(text.encode())
+        if size > limits.definition_bytes:
+            raise InvalidArgument(
+                f"{where} is {size} bytes: the definition limit is {limits.definition_bytes} bytes"
+            )
     elif len(text) > limits.id_length:
         raise InvalidArgument(f"{where} is longer than {limits.id_length} characters")

@@ -56,6 +56,9 @@ class DecisionContext:
     activity_defaults: Mapping[tuple[str, str], ActivityDefaults] = field(default_factory=dict)
     new_run_id: str = ""
     """The run id a ContinueAsNew decision opens (chosen by the caller: the engine has no I/O)."""
+    new_run_definition: str = ""
+    """The registered definition of the type a ContinueAsNew decision continues as
+    (read by the caller), snapshotted into the new run like a start's."""
 
 
 def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> h.HistoryEvent:
@@ -360,6 +363,7 @@ def _continue_as_new(
         execution_timeout=execution,
         decider_timeout=decider,
         continued_from_run_id=s.run_id,
+        definition=ctx.new_run_definition,
     )
     t.emit(
         h.WorkflowContinuedAsNewAttributes(

@@ -4,10 +4,15 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+# A registered workflow definition (step YAML) is copied into the WorkflowStarted
+# of every run: as large as a payload, and no larger.
+MAX_DEFINITION_BYTES = 256 * 1024
+
 
 @dataclass(frozen=True)
 class Limits:
     payload_bytes: int = 256 * 1024
+    definition_bytes: int = MAX_DEFINITION_BYTES
     events_per_run: int = 50_000
     pending_activities: int = 1_000
     pending_timers: int = 1_000

@@ -20,6 +20,8 @@ class StartCommand:
     decider_timeout: float
     identity: str = ""
     continued_from_run_id: str = ""
+    definition: str = ""
+    """The type's registered definition, snapshotted into the run (read by the caller)."""
 
 
 def start_workflow(t: Transition, cmd: StartCommand) -> None:
@@ -30,6 +32,7 @@ def start_workflow(t: Transition, cmd: StartCommand) -> None:
         decider_timeout=duration(cmd.decider_timeout),
         identity=cmd.identity,
         continued_from_run_id=cmd.continued_from_run_id,
+        definition=cmd.definition,
     )
     if cmd.input is not None:
         attrs.input.CopyFrom(cmd.input)

@@ -119,6 +119,9 @@ workflow_types = Table(
     Column("default_decider_timeout", Float),
     Column("description", Text, nullable=False),
     Column("registered_at", DateTime(), nullable=False),
+    # A step workflow's YAML ("" for types decided by code); starts copy it
+    # into WorkflowStarted. The server default fills rows registered before it.
+    Column("definition", Text, nullable=False, server_default=""),
 )
 
 activity_types = Table(

@@ -191,9 +191,14 @@ class WorkflowStartedAttributes(_message.Message):
     DECIDER_TIMEOUT_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
     CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
     task_list: _builtins.str
     identity: _builtins.str
     continued_from_run_id: _builtins.str
+    definition: _builtins.str
+    """The workflow type's registered definition as at the start (a step
+    workflow's YAML text), so re-registering it never changes this run.
+    """
     @_builtins.property
     def workflow_type(self) -> _common_pb2.WorkflowType: ...
     @_builtins.property
@@ -212,10 +217,11 @@ class WorkflowStartedAttributes(_message.Message):
         decider_timeout: _duration_pb2.Duration | None = ...,
         identity: _builtins.str = ...,
         continued_from_run_id: _builtins.str = ...,
+        definition: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "definition", b"definition", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -62,7 +62,12 @@ class StartWorkflowRequest(_message.Message):
     request_id: _builtins.str
     """A repeated request with the same id answers with the run it started."""
     @_builtins.property
-    def workflow_type(self) -> _common_pb2.WorkflowType: ...
+    def workflow_type(self) -> _common_pb2.WorkflowType:
+        """An empty version means the type registered without a version, or else, if
+        there is none, the one registered as version "1" (a step definition's
+        default version).
+        """
+
     @_builtins.property
     def input(self) -> _common_pb2.Payload: ...
     @_builtins.property
@@ -1090,9 +1095,15 @@ class RegisterWorkflowTypeRequest(_message.Message):
     DEFAULT_EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     DEFAULT_DECIDER_TIMEOUT_FIELD_NUMBER: _builtins.int
     DESCRIPTION_FIELD_NUMBER: _builtins.int
+    DEFINITION_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     default_task_list: _builtins.str
     description: _builtins.str
+    definition: _builtins.str
+    """A step-workflow definition (its YAML text), copied into the WorkflowStarted
+    of every run started afterwards. Empty keeps the one registered before, as
+    for the other fields; at most 256 KiB.
+    """
     @_builtins.property
     def workflow_type(self) -> _common_pb2.WorkflowType: ...
     @_builtins.property
@@ -1108,10 +1119,11 @@ class RegisterWorkflowTypeRequest(_message.Message):
         default_execution_timeout: _duration_pb2.Duration | None = ...,
         default_decider_timeout: _duration_pb2.Duration | None = ...,
         description: _builtins.str = ...,
+        definition: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["default_decider_timeout", b"default_decider_timeout", "default_execution_timeout", b"default_execution_timeout", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_decider_timeout", b"default_decider_timeout", "default_execution_timeout", b"default_execution_timeout", "default_task_list", b"default_task_list", "description", b"description", "namespace", b"namespace", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["default_decider_timeout", b"default_decider_timeout", "default_execution_timeout", b"default_execution_timeout", "default_task_list", b"default_task_list", "definition", b"definition", "description", b"description", "namespace", b"namespace", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
