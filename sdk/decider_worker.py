@@ -19,6 +19,7 @@ import inspect
 import traceback
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any
 
@@ -37,6 +38,20 @@ log = structlog.get_logger("weft.decider")
 
 TRACEBACK_CHARS = 16_000
 LEFT_TO_TIME_OUT = "left to time out; retried at the decider timeout"
+
+
+@dataclass(frozen=True)
+class TypeRegistration:
+    """A workflow type a decider worker registers when it starts (a step
+    definition, with its source, for `weft decider --definitions`)."""
+
+    name: str
+    version: str = ""
+    task_list: str = ""
+    execution_timeout: timedelta | None = None
+    decider_timeout: timedelta | None = None
+    description: str = ""
+    definition: str = ""
 
 
 class UnknownWorkflowType(LookupError):
@@ -63,9 +78,11 @@ class DeciderWorker(Worker):
         pollers: int | None = None,
         register_types: bool = False,
         fallback: Decider | None = None,
+        registrations: Sequence[TypeRegistration] = (),
     ) -> None:
         self.register_types = register_types
         self.fallback = fallback
+        self.registrations = tuple(registrations)
         self.deciders: dict[tuple[str, str], Decider] = {}
         for decider in deciders:
             if not isinstance(decider, Decider):
@@ -96,6 +113,22 @@ class DeciderWorker(Worker):
     async def _prepare(self) -> None:
         if self.register_types:
             await self._register_types()
+        for item in self.registrations:
+            await self.client.register_workflow_type(
+                item.name,
+                version=item.version,
+                default_task_list=item.task_list,
+                default_execution_timeout=item.execution_timeout,
+                default_decider_timeout=item.decider_timeout,
+                description=item.description,
+                definition=item.definition,
+            )
+            log.info(
+                "decider.registered",
+                workflow_type=item.name,
+                version=item.version,
+                task_list=item.task_list,
+            )
 
     async def _register_types(self) -> None:
         """Register each decider's workflow type with the task list it is polled on

@@ -1,8 +1,10 @@
 """`weft decider`: a decider process.
 
 It loads the user's modules, creates one instance of each `Decider` subclass it
-finds, and runs a `DeciderWorker` until SIGTERM or SIGINT. (The step-workflow
-interpreter joins it with the step language.)
+finds, and runs a `DeciderWorker` until SIGTERM or SIGINT. The step-workflow
+interpreter is always there too: it decides every run whose `WorkflowStarted`
+carries a step definition (registered with `weft register`, or loaded from
+`--definitions DIR`, whose types it registers on start).
 """
 
 from __future__ import annotations
@@ -10,12 +12,16 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from datetime import timedelta
+from pathlib import Path
 
 import structlog
 
-from sdk.decider_worker import DeciderWorker
+from sdk.decider_worker import DeciderWorker, TypeRegistration
 from workers.loader import LoadError, deciders_in, load
 from workers.runner import worker_client
+from workers.steps.definition import DefinitionError, load_dir
+from workers.steps.interpreter import StepDecider
+from workers.steps.model import Definition
 
 log = structlog.get_logger("weft.decider")
 
@@ -26,18 +32,24 @@ class DeciderConfig:
     namespace: str
     modules: tuple[str, ...]
     task_lists: tuple[str, ...] = ()
+    definitions: tuple[str, ...] = ()
     concurrency: int = 8
     identity: str = ""
     grace: timedelta = timedelta(seconds=10)
 
 
 def build(config: DeciderConfig) -> DeciderWorker:
-    deciders = deciders_in(load(list(config.modules)))
-    if not deciders:
-        raise LoadError(f"no Decider subclasses in {', '.join(config.modules) or '(no modules)'}")
-    lists = config.task_lists or tuple(sorted({d.task_list for d in deciders if d.task_list}))
+    deciders = deciders_in(load(list(config.modules))) if config.modules else []
+    if config.modules and not deciders:
+        raise LoadError(f"no Decider subclasses in {', '.join(config.modules)}")
+    steps = load_definitions(config.definitions)
+    lists = config.task_lists or tuple(
+        sorted({d.task_list for d in deciders if d.task_list} | {d.task_list for d in steps})
+    )
     if not lists:
-        raise LoadError("no task list: give --task-list, or set task_list on the Decider")
+        raise LoadError(
+            "no task list: give --task-list, --definitions, or set task_list on the Decider"
+        )
     return DeciderWorker(
         worker_client(config.address, config.namespace, config.identity),
         deciders=deciders,
@@ -45,6 +57,41 @@ def build(config: DeciderConfig) -> DeciderWorker:
         concurrency=config.concurrency,
         grace=config.grace,
         register_types=True,
+        fallback=StepDecider(steps),
+        registrations=[registration(d, lists) for d in steps],
+    )
+
+
+def load_definitions(directories: tuple[str, ...]) -> list[Definition]:
+    found: list[Definition] = []
+    for directory in directories:
+        path = Path(directory)
+        if not path.is_dir():
+            raise LoadError(f"--definitions {directory}: not a directory")
+        try:
+            found.extend(load_dir(path))
+        except DefinitionError as exc:
+            raise LoadError(str(exc)) from None
+    seen: set[tuple[str, str]] = set()
+    for item in found:
+        if (item.name, item.version) in seen:
+            raise LoadError(f"{item.path}: {item.name} version {item.version} is defined twice")
+        seen.add((item.name, item.version))
+    return found
+
+
+def registration(definition: Definition, lists: tuple[str, ...]) -> TypeRegistration:
+    """A definition's type, registered with the task list this process polls
+    for it, so `weft start TYPE` reaches it."""
+    task_list = definition.task_list if definition.task_list in lists else lists[0]
+    return TypeRegistration(
+        name=definition.name,
+        version=definition.version,
+        task_list=task_list,
+        execution_timeout=definition.execution_timeout,
+        decider_timeout=definition.decider_timeout,
+        description=definition.description,
+        definition=definition.source,
     )
 
 

@@ -1,8 +1,10 @@
 """`weft runner`: an activity-runner process.
 
-It loads the user's modules, collects their `@activity` functions, and runs an
-`ActivityWorker` until SIGTERM (finish in-flight work within the grace period,
-then exit) or SIGINT.
+It loads the user's modules, collects their `@activity` functions, adds the
+built-in ones (`weft.http` always, `weft.shell` with `--allow-shell`: see
+`workers.builtins`), and runs an `ActivityWorker` until SIGTERM (finish
+in-flight work within the grace period, then exit) or SIGINT. With no modules
+it runs the built-ins alone.
 """
 
 from __future__ import annotations
@@ -13,9 +15,11 @@ from datetime import timedelta
 
 import structlog
 
+from sdk.activity import ActivityDefinition
 from sdk.activity_worker import ActivityWorker
 from sdk.client import AsyncClient
 from sdk.retry import RetryPolicy
+from workers import builtins
 from workers.loader import LoadError, activities_in, load
 
 log = structlog.get_logger("weft.runner")
@@ -28,11 +32,14 @@ WORKER_RETRY = RetryPolicy(give_up_after=None)
 class RunnerConfig:
     address: str
     namespace: str
-    modules: tuple[str, ...]
+    modules: tuple[str, ...] = ()
     task_lists: tuple[str, ...] = ()
     concurrency: int = 16
     identity: str = ""
     grace: timedelta = timedelta(seconds=30)
+    allow_shell: bool = False
+    """Run `weft.shell` tasks (shell commands with the runner's rights); without
+    it they fail at once with `ShellNotAllowed`."""
 
 
 def worker_client(address: str, namespace: str, identity: str) -> AsyncClient:
@@ -41,20 +48,34 @@ def worker_client(address: str, namespace: str, identity: str) -> AsyncClient:
 
 
 def build(config: RunnerConfig) -> ActivityWorker:
-    """The worker for a config; raises LoadError when there is nothing to run."""
-    activities = activities_in(load(list(config.modules)))
-    if not activities:
+    """The worker for a config; raises LoadError when a module holds nothing to
+    run or there is no task list to poll."""
+    user = activities_in(load(list(config.modules)))
+    if config.modules and not user:
         raise LoadError(f"no @activity functions in {', '.join(config.modules)}")
-    lists = config.task_lists or tuple(sorted({a.task_list for a in activities if a.task_list}))
+    lists = config.task_lists or tuple(sorted({a.task_list for a in user if a.task_list}))
     if not lists:
         raise LoadError("no task list: give --task-list, or name one in @activity(task_list=…)")
     return ActivityWorker(
         worker_client(config.address, config.namespace, config.identity),
-        activities=activities,
+        activities=with_builtins(user, allow_shell=config.allow_shell),
         task_lists=lists,
         concurrency=config.concurrency,
         grace=config.grace,
     )
+
+
+def with_builtins(user: list[ActivityDefinition], *, allow_shell: bool) -> list[ActivityDefinition]:
+    """The user's activities and the built-ins. A built-in a user module merely
+    imports is the runner's own; a user activity under a built-in's name is
+    refused, since the step language's `http`/`shell` steps schedule that name."""
+    offered = builtins.builtins(allow_shell=allow_shell)
+    reserved = {b.name for b in offered}
+    own = [a for a in user if a not in (builtins.http, builtins.shell)]
+    for defn in own:
+        if defn.name in reserved:
+            raise LoadError(f"{defn.name!r} is a built-in activity: give yours another name")
+    return [*own, *offered]
 
 
 def run(config: RunnerConfig) -> int:

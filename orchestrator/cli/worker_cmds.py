@@ -20,7 +20,7 @@ def worker_options(what: str, concurrency: int, grace: str) -> Callable[[F], F]:
     def apply(fn: F) -> F:
         for option in reversed(
             (
-                click.argument("modules", nargs=-1, required=True),
+                click.argument("modules", nargs=-1),
                 click.option(
                     "--task-list", "task_lists", multiple=True, help="poll this task list"
                 ),
@@ -54,8 +54,14 @@ def worker_options(what: str, concurrency: int, grace: str) -> Callable[[F], F]:
 
 @click.command()
 @worker_options("runner", concurrency=16, grace="30s")
+@click.option(
+    "--allow-shell",
+    is_flag=True,
+    help="run `weft.shell` tasks (shell commands, with this process's rights)",
+)
 def runner(log_level: str, **options: Any) -> None:
-    """Run the @activity functions found in MODULES (e.g. examples.order)."""
+    """Run the @activity functions found in MODULES (e.g. examples.order), and
+    the built-in weft.http (and weft.shell with --allow-shell)."""
     from orchestrator import logging as weft_logging
     from workers import runner as process
 
@@ -66,10 +72,22 @@ def runner(log_level: str, **options: Any) -> None:
 
 @click.command()
 @worker_options("decider", concurrency=8, grace="10s")
+@click.option(
+    "--definitions",
+    multiple=True,
+    metavar="DIR",
+    help="load and register the step workflows (*.yaml) of this folder; repeatable",
+)
 def decider(log_level: str, **options: Any) -> None:
-    """Run the Decider classes found in MODULES (e.g. examples.order)."""
+    """Run the Decider classes found in MODULES (e.g. examples.order) and the
+    step workflows of --definitions folders (at least one of the two)."""
     from orchestrator import logging as weft_logging
     from workers import decider as process
+
+    if not options["modules"] and not options["definitions"]:
+        raise click.UsageError(
+            "nothing to decide: give MODULES (Decider classes), --definitions DIR, or both"
+        )
 
     weft_logging.configure(log_level)
     config = process.DeciderConfig(**options)

@@ -239,3 +239,95 @@ def test_a_module_given_by_path_imports_its_siblings(tmp_path: Path) -> None:
 
     (decider,) = deciders_in(load([str(tasks)]))
     assert decider.type_name() == "from-a-sibling"
+
+
+def test_a_decider_needs_modules_or_definitions(address: str, tmp_path: Path) -> None:
+    line = error_line(weft("decider", "--task-list", "tl", address=address), "decider", 2)
+    assert "give MODULES (Decider classes), --definitions DIR, or both" in line
+    missing = tmp_path / "no-such-folder"
+    done = weft("decider", "--definitions", str(missing), address=address, timeout=30)
+    assert f"--definitions {missing}: not a directory" in error_line(done, "decider", 2)
+
+
+def test_a_runner_without_modules_still_needs_a_task_list(address: str) -> None:
+    line = error_line(weft("runner", address=address, timeout=30), "runner", 2)
+    assert "no task list" in line
+
+
+# -- the built-in activities on a runner process ---------------------------------------------
+
+RUN_ONE = """\
+from datetime import timedelta
+
+from sdk import Decider
+
+
+class RunOne(Decider):
+    '''Runs the activity its input names; closes with its result, or fails with
+    its failure's reason and message.'''
+
+    workflow_type = "run-one"
+
+    def decide(self, task):
+        one = task.activities.get("one")
+        if one is None:
+            task.schedule_activity(
+                "one", task.input["type"], task.input["input"], start_to_close=timedelta(seconds=30)
+            )
+        elif one.status == "succeeded":
+            task.complete(one.result)
+        elif not one.is_open:
+            failure = one.failure
+            reason = failure.reason if failure else one.status
+            task.fail(reason, {"message": failure.message if failure else ""})
+"""
+SHELL_TASK = {
+    "type": "weft.shell",
+    "input": {"command": 'echo "hi from $WHO"', "env": {"WHO": "sh"}},
+}
+
+
+async def closed_run(address: str, workflow_id: str) -> dict[str, Any]:
+    """The run's last event, once it is a close."""
+
+    async def check() -> dict[str, Any] | None:
+        doc = ok_json(weft("history", workflow_id, "--json", address=address))
+        last: dict[str, Any] = doc["events"][-1]
+        return last if last["type"].startswith("Workflow") and last["event_id"] > 1 else None
+
+    return await wait_until(check, timeout=45, interval=0.25)
+
+
+@pytest.mark.parametrize("allow_shell", [False, True], ids=["refused", "allowed"])
+async def test_a_runner_runs_shell_tasks_only_with_allow_shell(
+    allow_shell: bool, address: str, tmp_path: Path, workers: list[Worker]
+) -> None:
+    """A runner with no modules runs the built-ins; `weft.shell` only with
+    `--allow-shell`, and without it the task fails at once, saying so."""
+    task_list = unique("builtins")
+    flow = module_file(tmp_path, "run_one", RUN_ONE)
+    extra = ["--allow-shell"] if allow_shell else []
+    decider = Worker(address, tmp_path, "decider", "decider", "--task-list", task_list, flow)
+    runner = Worker(address, tmp_path, "runner", "runner", "--task-list", task_list, *extra)
+    workers += [decider, runner]
+    for worker in workers:
+        await worker.logged("worker.started")
+    assert '"weft.http"' in runner.log() and '"weft.shell"' in runner.log()
+
+    args = ["--task-list", task_list, "--input", json.dumps(SHELL_TASK), "--json"]
+    workflow_id = ok_json(weft("start", "run-one", *args, address=address))["workflow_id"]
+    close = await closed_run(address, workflow_id)
+
+    logs = decider.log() + runner.log()
+    if allow_shell:
+        assert close["type"] == "WorkflowSuccess", logs
+        assert close["attributes"]["result"] == {
+            "stdout": "hi from sh\n",
+            "stderr": "",
+            "exit_code": 0,
+        }
+    else:
+        assert close["type"] == "WorkflowFailed", logs
+        assert close["attributes"]["reason"] == "ShellNotAllowed"
+        message = close["attributes"]["details"]["message"]
+        assert "start it with `weft runner --allow-shell`" in message
