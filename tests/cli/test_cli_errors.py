@@ -106,7 +106,7 @@ def unreachable(
     """Every client command run once against a port nothing listens on (in
     parallel: each spends its couple of seconds of retries waiting)."""
     good = tmp_path_factory.mktemp("unreachable") / "good.yaml"
-    good.write_text("name: anything\ntask-list: tl\n")
+    good.write_text("name: anything\ntask_list: tl\nsteps:\n  - return done\n")
     address = unreachable_address()
     commands = [
         argv(args[0], address, *[str(good) if a == "REGISTER_FILE" else a for a in args[1:]])
