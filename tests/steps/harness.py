@@ -19,6 +19,7 @@ from sdk import ActivityWorker, AsyncClient, DeciderWorker, Event
 from sdk.activity import ActivityDefinition
 from sdk.errors import WorkflowOutcomeError
 from tests.helpers import unique, wait_until
+from workers.builtins import builtins as builtins_offered
 from workers.steps.definition import parse
 from workers.steps.interpreter import StepDecider, check_history
 
@@ -92,12 +93,14 @@ async def run_steps(
         definition.name,
         version=definition.version,
         default_task_list=task_list,
+        definition=definition.source,
     )
-    offered = [*activities]
+    offered = [*activities, *(builtins_offered(allow_shell=True) if builtins else ())]
+    # No local definitions: the interpreter reads the snapshot in WorkflowStarted.
     decider = DeciderWorker(
         client,
         deciders=[],
-        fallback=StepDecider([definition]),
+        fallback=StepDecider(),
         task_lists=[task_list],
         concurrency=2,
     )

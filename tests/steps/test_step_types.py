@@ -453,3 +453,52 @@ async def test_a_lock_is_refused_until_the_lock_service_exists(client: AsyncClie
     )
     assert nested.reason == "Unsupported"
     assert "lock" in nested.details["message"]
+
+
+async def test_http_calls_a_real_server(client: AsyncClient, http_server: str) -> None:
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: http {http_server}/echo
+            input:
+              method: POST
+              body: {{size: small}}
+          - return ${{output.content_json}}
+        """,
+        builtins=True,
+    )
+    assert out.result == {"method": "POST", "path": "/echo", "body": {"size": "small"}}
+
+
+async def test_http_unexpected_status_is_an_activity_failure(
+    client: AsyncClient, http_server: str
+) -> None:
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: http {http_server}/missing
+            on-error:
+              - step: return ${{error.details.reason}}
+                condition: {{error-type: ActivityFailed}}
+        """,
+        builtins=True,
+    )
+    assert out.result == "HttpStatusError"
+
+
+async def test_shell_runs_a_command(client: AsyncClient) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: shell echo "$GREETING" && exit 3
+            input:
+              env: {GREETING: hello}
+              exit_code: 3
+          - return ${output}
+        """,
+        builtins=True,
+    )
+    assert out.result == {"stdout": "hello\n", "stderr": "", "exit_code": 3}
