@@ -79,14 +79,17 @@ def runner(log_level: str, **options: Any) -> None:
     help="load and register the step workflows (*.yaml) of this folder; repeatable",
 )
 def decider(log_level: str, **options: Any) -> None:
-    """Run the Decider classes found in MODULES (e.g. examples.order) and the
-    step workflows of --definitions folders (at least one of the two)."""
+    """Run the step interpreter, for the step workflows registered with `weft
+    register` or loaded from --definitions folders, and the Decider classes
+    found in MODULES (e.g. examples.order)."""
     from orchestrator import logging as weft_logging
     from workers import decider as process
 
-    if not options["modules"] and not options["definitions"]:
+    if not options["modules"] and not options["definitions"] and not options["task_lists"]:
+        # Nothing names a task list to poll.
         raise click.UsageError(
-            "nothing to decide: give MODULES (Decider classes), --definitions DIR, or both"
+            "nothing to decide: give --task-list TL (step workflows registered with"
+            " `weft register`), --definitions DIR, or MODULES (Decider classes)"
         )
 
     weft_logging.configure(log_level)

@@ -241,12 +241,28 @@ def test_a_module_given_by_path_imports_its_siblings(tmp_path: Path) -> None:
     assert decider.type_name() == "from-a-sibling"
 
 
-def test_a_decider_needs_modules_or_definitions(address: str, tmp_path: Path) -> None:
-    line = error_line(weft("decider", "--task-list", "tl", address=address), "decider", 2)
-    assert "give MODULES (Decider classes), --definitions DIR, or both" in line
+def test_a_decider_needs_something_to_poll(address: str, tmp_path: Path) -> None:
+    line = error_line(weft("decider", address=address, timeout=30), "decider", 2)
+    assert "nothing to decide" in line
     missing = tmp_path / "no-such-folder"
     done = weft("decider", "--definitions", str(missing), address=address, timeout=30)
     assert f"--definitions {missing}: not a directory" in error_line(done, "decider", 2)
+
+
+async def test_a_decider_with_only_a_task_list_runs_registered_step_workflows(
+    address: str, tmp_path: Path, workers: list[Worker]
+) -> None:
+    name, task_list = unique("registered"), unique("steps")
+    path = tmp_path / "registered.yaml"
+    path.write_text(
+        f"name: {name}\ntask_list: {task_list}\nsteps:\n  - let n = 6 * 7\n  - return ${{n}}\n"
+    )
+    ok(weft("register", str(path), address=address))
+    decider = Worker(address, tmp_path, "decider", "decider", "--task-list", task_list)
+    workers.append(decider)
+    await decider.logged("worker.started")
+    out = ok(weft("start", name, "--wait", "--timeout", "30s", address=address, timeout=45))
+    assert out.strip().splitlines()[-1].split() == ["result", "42"]
 
 
 def test_a_runner_without_modules_still_needs_a_task_list(address: str) -> None:
