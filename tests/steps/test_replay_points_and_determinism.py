@@ -4,14 +4,18 @@ definition that would decide differently."""
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 import pytest
 
-from sdk import AsyncClient, Event
+from sdk import AsyncClient, DeciderWorker, Event
+from sdk.errors import WorkflowOutcomeError
+from tests.helpers import unique
 from tests.steps import activities as acts
 from tests.steps.harness import definition_text, run_steps
 from workers.steps.definition import parse
 from workers.steps.errors import NonDeterminism
-from workers.steps.interpreter import check_history, replay
+from workers.steps.interpreter import StepDecider, check_history, replay
 
 
 async def test_markers_record_replay_point_changes(client: AsyncClient) -> None:
@@ -163,3 +167,17 @@ def _completed_for(history: list[Event], started_id: int) -> int | None:
         ):
             return event.event_id
     return None
+
+
+async def test_a_snapshot_that_does_not_parse_fails_the_run(client: AsyncClient) -> None:
+    # `weft register` parses first; a client that skips it can still store junk.
+    name, task_list = unique("junk"), unique("steps")
+    await client.register_workflow_type(
+        name, version="1", default_task_list=task_list, definition="steps: [unclosed"
+    )
+    decider = DeciderWorker(client, deciders=[], fallback=StepDecider(), task_lists=[task_list])
+    async with decider:
+        run = await client.start_workflow(name, {}, version="1")
+        with pytest.raises(WorkflowOutcomeError) as failed:
+            await client.result(run.workflow_id, timeout=timedelta(seconds=30))
+    assert failed.value.reason == "InvalidDefinition"

@@ -66,7 +66,14 @@ class StepDecider(Decider):
         return found
 
     def decide(self, task: DecisionTask) -> None:
-        definition = self.definition_for(task.history)
+        try:
+            definition = self.definition_for(task.history)
+        except definitions.DefinitionError as exc:
+            # The snapshot came from a client that skipped the parser (`weft
+            # register` checks it): no decider will ever read it, so fail the
+            # run instead of failing its decision tasks forever.
+            task.fail("InvalidDefinition", {"type": "InvalidDefinition", "message": str(exc)})
+            return
         decisions = replay(
             definition, task.history, task.started_event_id, task.run_id, task.workflow_id
         )
