@@ -269,12 +269,15 @@ def replay(decider: Decider, history: list[Event]) -> int:
     for completed in (e for e in history if e.type == "DeciderCompleted"):
         task = decide(decider, history, completed.get("started_event_id"))
         recorded = [e for e in history if e.get("decider_completed_event_id") == completed.event_id]
-        _compare(task.decisions, recorded, completed.event_id)
+        check_decisions(task.decisions, recorded, completed.event_id)
         checked += 1
     return checked
 
 
-def _compare(made: list[Decision], recorded: list[Event], at: int) -> None:
+def check_decisions(made: list[Decision], recorded: list[Event], at: int) -> None:
+    """Raise `NonDeterminismError` unless `made` are the decisions the events
+    `recorded` after the `DeciderCompleted` at event `at` show (kind, id, and an
+    activity's type and input)."""
     where = f"decision task completed at event {at}"
     if len(made) != len(recorded):
         raise NonDeterminismError(

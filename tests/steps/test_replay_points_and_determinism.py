@@ -9,12 +9,11 @@ from datetime import timedelta
 import pytest
 
 from sdk import AsyncClient, DeciderWorker, Event
-from sdk.errors import WorkflowOutcomeError
+from sdk.errors import NonDeterminismError, WorkflowOutcomeError
 from tests.helpers import unique
 from tests.steps import activities as acts
 from tests.steps.harness import definition_text, run_steps
 from workers.steps.definition import parse
-from workers.steps.errors import NonDeterminism
 from workers.steps.interpreter import StepDecider, check_history, replay
 
 
@@ -94,7 +93,7 @@ async def test_a_history_replayed_by_a_changed_definition_is_refused(
         ),
         "changed.yaml",
     )
-    with pytest.raises(NonDeterminism, match="gave"):
+    with pytest.raises(NonDeterminismError, match="decision"):
         check_history(changed, out.history, out.run_id, out.workflow_id)
 
 

@@ -57,7 +57,3 @@ class Replay(FlowSignal):
         self.mode = mode
         self.target = target
         self.force = force
-
-
-class NonDeterminism(Exception):
-    """Replaying the history gave decisions other than those it records."""

@@ -6,7 +6,7 @@ events that arrived before its `DeciderStarted` are delivered (activity
 results, timers, signals), the steps run until all of them wait on the
 history again, and the decisions they make are compared with the ones the
 history records for that task: a replay that decides differently raises
-`NonDeterminism` rather than acting on a history it does not match. What the
+`NonDeterminismError` rather than acting on a history it does not match. What the
 steps decide after the last `DeciderStarted` is the answer. "Now" is that
 task's `DeciderStarted` time, so time-dependent values are the same on every
 replay.
@@ -22,9 +22,10 @@ from typing import Any
 
 from sdk.decider import Decider, Decision, DecisionTask
 from sdk.events import Event
+from sdk.testing import check_decisions
 from workers.steps import definition as definitions
 from workers.steps import expressions
-from workers.steps.errors import Jump, NonDeterminism, Replay, Return, StepError
+from workers.steps.errors import Jump, Replay, Return, StepError
 from workers.steps.executor import Frame, Run, locks_unsupported
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
@@ -32,14 +33,6 @@ from workers.steps.runtime import Cancelled, Scheduler, Task, first_of
 from workers.steps.scope import StepScope
 
 STEP_MARKER = "step"
-# How a decision made while replaying shows in the history, by the id it names.
-_RECORDED = {
-    "ScheduleActivity": (("ActivityScheduled", "ActivityScheduleFailed"), "activity_id"),
-    "RequestCancelActivity": (("ActivityCancelRequested", "ActivityCancelFailed"), "activity_id"),
-    "StartTimer": (("TimerScheduled", "TimerScheduleFailed"), "timer_id"),
-    "CancelTimer": (("TimerCanceled", "TimerCancelFailed"), "timer_id"),
-    "RecordMarker": (("Marker", "MarkerFailed"), "marker_name"),
-}
 
 
 class StepDecider(Decider):
@@ -121,7 +114,7 @@ def replay(
     workflow_id: str = "",
 ) -> list[Decision]:
     """The decisions of the task whose `DeciderStarted` is `started_event_id`;
-    raises `NonDeterminism` if an earlier task's recorded decisions differ."""
+    raises `NonDeterminismError` if an earlier task's recorded decisions differ."""
     interpreter = Interpreter(definition, workflow_id, run_id)
     answer: list[Decision] = []
     for batch in _batches(history, started_event_id):
@@ -147,26 +140,8 @@ def check_history(
 
 
 def _check(commands: list[Decision], history: Sequence[Event], completed_id: int) -> None:
-    made = [_identify(d) for d in commands if d.kind in _RECORDED]
-    recorded: list[tuple[tuple[str, ...], str]] = []
-    for event in history:
-        if event.get("decider_completed_event_id") != completed_id:
-            continue
-        for kinds, field in _RECORDED.values():
-            if event.type in kinds:
-                recorded.append((kinds, str(event.get(field, ""))))
-    if [m[1] for m in made] != [r[1] for r in recorded] or any(
-        m[0] != r[0] for m, r in zip(made, recorded, strict=True)
-    ):
-        raise NonDeterminism(
-            f"replaying decision task {completed_id} gave {[m[1] for m in made]},"
-            f" the history records {[r[1] for r in recorded]}"
-        )
-
-
-def _identify(decision: Decision) -> tuple[tuple[str, ...], str]:
-    kinds, field = _RECORDED[decision.kind]
-    return kinds, str(decision.attributes.get(field, ""))
+    recorded = [e for e in history if e.get("decider_completed_event_id") == completed_id]
+    check_decisions(commands, recorded, completed_id)
 
 
 class Interpreter:
