@@ -6,21 +6,9 @@ from typing import Any
 
 import pytest
 
+from tests.steps.scopes import DictScope
 from workers.steps.conditions import KEYS, check, validate
 from workers.steps.expressions import ABSENT, ExpressionError, UnknownName
-
-
-class DictScope:
-    """A scope over a plain dict."""
-
-    def __init__(self, names: dict[str, Any]) -> None:
-        self.names = names
-
-    def root(self, name: str) -> Any:
-        if name in self.names:
-            return self.names[name]
-        raise UnknownName(f"unknown name {name!r}")
-
 
 S = DictScope(
     {

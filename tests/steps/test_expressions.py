@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from tests.steps.scopes import DictScope
 from workers.steps.expressions import (
     ABSENT,
     TYPES,
@@ -27,18 +28,6 @@ from workers.steps.expressions import (
     word_value,
     words,
 )
-
-
-class DictScope:
-    """A scope over a plain dict."""
-
-    def __init__(self, names: dict[str, Any]) -> None:
-        self.names = names
-
-    def root(self, name: str) -> Any:
-        if name in self.names:
-            return self.names[name]
-        raise UnknownName(f"unknown name {name!r}")
 
 
 def scope(**names: Any) -> DictScope:

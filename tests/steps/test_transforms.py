@@ -7,21 +7,9 @@ from typing import Any
 
 import pytest
 
+from tests.steps.scopes import DictScope
 from workers.steps.expressions import ExpressionError, UnknownName
 from workers.steps.transforms import OPERATIONS, apply, validate_op
-
-
-class DictScope:
-    """A scope over a plain dict."""
-
-    def __init__(self, names: dict[str, Any]) -> None:
-        self.names = names
-
-    def root(self, name: str) -> Any:
-        if name in self.names:
-            return self.names[name]
-        raise UnknownName(f"unknown name {name!r}")
-
 
 S = DictScope({"key": "b", "one": 1, "sep": ", ", "extra": {"z": 0}, "kind": "integer"})
 

@@ -373,20 +373,13 @@ class Frame:
     async def _body_with_timeout(self, step: Step, entry: Entry) -> tuple[Any, str | None]:
         if step.timeout is None:
             return await self._body(step, entry)
-        body = self.run.spawn(self._body(step, entry))
-        timer = self.run.ops.timer(f"{entry.key}:timeout", step.timeout)
-        try:
-            winner = await first_of(body.future, timer)
-        except Cancelled:
-            body.cancel()
-            timer.cancel()
-            raise
-        if winner is timer:
-            body.cancel()
+        finished, result = await within(
+            self.run, self._body(step, entry), f"{entry.key}:timeout", step.timeout
+        )
+        if not finished:
             raise StepError("Timeout", f"{step.label} timed out after {_span(step.timeout)}")
-        timer.cancel()
-        result: tuple[Any, str | None] = body.future.result()
-        return result
+        answer: tuple[Any, str | None] = result
+        return answer
 
     async def _body(self, step: Step, entry: Entry) -> tuple[Any, str | None]:
         handler = _BODIES.get(step.type)
@@ -400,6 +393,27 @@ class Frame:
             raise StepError("ExpressionError", _msg(exc)) from None
         except retrying.RetrySpecError as exc:
             raise StepError("ExpressionError", str(exc)) from None
+
+
+async def within(
+    run: Run, work: Coroutine[Any, Any, Any], timer_id: str, limit: timedelta
+) -> tuple[bool, Any]:
+    """Run `work` racing a durable timer: (True, its result), or (False, None)
+    once the timer fires first and `work` is cancelled (which cancels its
+    activities and timers)."""
+    body = run.spawn(work)
+    timer = run.ops.timer(timer_id, limit)
+    try:
+        winner = await first_of(body.future, timer)
+    except Cancelled:
+        body.cancel()
+        timer.cancel()
+        raise
+    if winner is timer:
+        body.cancel()
+        return False, None
+    timer.cancel()
+    return True, body.future.result()
 
 
 def _contains_id(step: Step, target: str) -> bool:

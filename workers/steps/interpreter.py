@@ -26,10 +26,10 @@ from sdk.testing import check_decisions
 from workers.steps import definition as definitions
 from workers.steps import expressions
 from workers.steps.errors import Jump, Replay, Return, StepError
-from workers.steps.executor import Frame, Run, locks_unsupported
+from workers.steps.executor import Frame, Run, locks_unsupported, within
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
-from workers.steps.runtime import Cancelled, Scheduler, Task, first_of
+from workers.steps.runtime import Cancelled, Scheduler, Task
 from workers.steps.scope import StepScope
 
 STEP_MARKER = "step"
@@ -193,21 +193,14 @@ class Interpreter:
         )
         if definition.timeout is None:
             return await self._steps(top)
-        body = self.scheduler.spawn(self._steps(top))
-        timer = self.ops.timer("workflow:timeout", definition.timeout)
-        try:
-            winner = await first_of(body.future, timer)
-        except Cancelled:
-            body.cancel()
-            timer.cancel()
-            raise
-        if winner is timer:
+        finished, result = await within(
+            self.run, self._steps(top), "workflow:timeout", definition.timeout
+        )
+        if not finished:
             # Brooklyn: a workflow timeout skips the workflow's on-error (which
-            # runs inside `_steps`, the task being cancelled here).
-            body.cancel()
+            # runs inside `_steps`, cancelled by now).
             raise StepError("Timeout", f"the workflow timed out after {definition.timeout}")
-        timer.cancel()
-        return body.future.result()
+        return result
 
     async def _steps(self, top: Frame) -> Any:
         definition = self.definition
