@@ -44,5 +44,17 @@ proto: $(STAMP)
 proto-check: $(STAMP)
 	$(BIN)/python scripts/gen_proto.py --check
 
+# The benchmark (bench/README.md), never part of `make test`. Its extra (DBOS,
+# the peer it is compared with) goes into the same .venv. QUICK=1: the short set.
+BENCH_STAMP := $(VENV)/.bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install --quiet -e '.[dev,bench]'
+	touch $(BENCH_STAMP)
+
+.PHONY: bench
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench $(if $(QUICK),--quick)
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache

@@ -1,0 +1,147 @@
+"""The processes under test: `weft server`, `weft decider`, `weft runner`, and
+the helper processes of the references (the gRPC echo server, the DBOS peer).
+
+Each writes its output to a log file in the run's log directory; when one dies
+early, its log tail is in the error."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import grpc
+from grpc_health.v1 import health_pb2, health_pb2_grpc
+
+from bench.procstat import cpu_seconds
+
+PYTHON = sys.executable
+WEFT = str(Path(PYTHON).parent / "weft")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port: int = sock.getsockname()[1]
+        return port
+
+
+class Process:
+    """One child process with its log; stopped with SIGTERM, then SIGKILL."""
+
+    def __init__(self, name: str, argv: list[str], log_dir: Path) -> None:
+        self.name = name
+        self.argv = argv
+        self.log_path = log_dir / f"{name}.log"
+        self.proc: subprocess.Popen[bytes] | None = None
+
+    def start(self, *, stdin: int = subprocess.DEVNULL, stdout: int | None = None) -> Process:
+        # Our own WEFT_* settings must not leak into the processes under test.
+        env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+        with self.log_path.open("wb") as log:
+            self.proc = subprocess.Popen(
+                self.argv,
+                cwd=REPO,  # `bench.workload` imports from the checkout
+                stdin=stdin,
+                stdout=log if stdout is None else stdout,
+                stderr=log,
+                env=env,
+                start_new_session=True,  # a Ctrl-C of the bench reaches us, not them
+            )
+        return self
+
+    @property
+    def pid(self) -> int:
+        assert self.proc is not None
+        return self.proc.pid
+
+    @property
+    def running(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def cpu(self) -> float:
+        return cpu_seconds(self.pid)
+
+    def check_alive(self) -> None:
+        if not self.running:
+            code = self.proc.returncode if self.proc else None
+            raise RuntimeError(f"{self.name} exited (code {code})\n{self.log_tail()}")
+
+    def stop(self, timeout: float = 15.0) -> None:
+        proc = self.proc
+        if proc is None or proc.poll() is not None:
+            return
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=10)
+
+    def log_tail(self, lines: int = 25) -> str:
+        try:
+            text = self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return f"({self.log_path} missing)"
+        tail = "\n".join(text.splitlines()[-lines:])
+        return f"--- {self.log_path} (last {lines} lines) ---\n{tail}"
+
+
+class WeftServer(Process):
+    """`weft server --db URL` on a free port."""
+
+    def __init__(self, name: str, db_url: str, log_dir: Path, log_level: str) -> None:
+        self.port = free_port()
+        super().__init__(
+            name,
+            [
+                WEFT,
+                "server",
+                "--db",
+                db_url,
+                "--listen",
+                self.address,
+                "--log-level",
+                log_level,
+            ],
+            log_dir,
+        )
+
+    @property
+    def address(self) -> str:
+        return f"127.0.0.1:{self.port}"
+
+    async def wait_serving(self, timeout: float = 60.0) -> None:
+        deadline = time.monotonic() + timeout
+        async with grpc.aio.insecure_channel(self.address) as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            while True:
+                self.check_alive()
+                try:
+                    resp = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                        return
+                except grpc.aio.AioRpcError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise RuntimeError(f"{self.name} not serving in {timeout}s\n{self.log_tail()}")
+                await asyncio.sleep(0.05)
+
+
+def weft_worker(
+    kind: str, name: str, address: str, args: list[str], log_dir: Path, log_level: str
+) -> Process:
+    """`weft runner|decider --address A ARGS…`."""
+    argv = [WEFT, kind, "--address", address, "--identity", name, "--log-level", log_level, *args]
+    return Process(name, argv, log_dir)
+
+
+def python_module(name: str, module: str, args: list[str], log_dir: Path) -> Process:
+    """`python -m MODULE ARGS…` with the bench's own interpreter."""
+    return Process(name, [PYTHON, "-m", module, *args], log_dir)

@@ -1,0 +1,40 @@
+"""CPU time of a process from /proc: the server's CPU per activity is the
+figure that does not depend on how busy the rest of the shared machine is."""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds(pid: int) -> float:
+    """User + system CPU of all the threads of `pid` so far, in seconds.
+
+    The resolution is one clock tick (10 ms), so measure windows of seconds."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    # The command name may contain spaces; the fields after its ')' do not.
+    fields = text[text.rindex(")") + 2 :].split()
+    utime, stime = int(fields[11]), int(fields[12])
+    return (utime + stime) / CLOCK_TICKS
+
+
+def machine() -> dict[str, object]:
+    """What the numbers were measured on."""
+    model = ""
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            model = line.split(":", 1)[1].strip()
+            break
+    mem_kb = 0
+    for line in Path("/proc/meminfo").read_text().splitlines():
+        if line.startswith("MemTotal:"):
+            mem_kb = int(line.split()[1])
+    return {
+        "cpus": os.cpu_count(),
+        "cpu_model": model,
+        "memory_gib": round(mem_kb / 1024 / 1024, 1),
+        "kernel": os.uname().release,
+        "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
+    }

@@ -1,0 +1,280 @@
+"""The printed table and the targets of the issue, checked against the
+medians of the same run."""
+
+from __future__ import annotations
+
+import math
+from typing import Any
+
+Spread = dict[str, Any]
+
+
+def num(value: float | None, digits: int = 0) -> str:
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "-"
+    return f"{value:,.{digits}f}"
+
+
+def fmt(item: Spread | None, digits: int = 0) -> str:
+    """`median [min-max]`."""
+    if not item or item.get("median") is None:
+        return "-"
+    if item["n"] == 1:
+        return num(item["median"], digits)
+    lo, hi = num(item["min"], digits), num(item["max"], digits)
+    return f"{num(item['median'], digits)} [{lo}-{hi}]"
+
+
+def table(headers: list[str], rows: list[list[str]]) -> str:
+    widths = [max([len(h), *(len(r[i]) for r in rows)]) for i, h in enumerate(headers)]
+
+    def line(cells: list[str]) -> str:
+        return "  ".join(c.rjust(w) for c, w in zip(cells, widths, strict=True))
+
+    return "\n".join([line(headers), line(["-" * w for w in widths]), *map(line, rows)])
+
+
+def targets(scenarios: dict[str, Any]) -> list[dict[str, Any]]:
+    """Each target of the issue with the measured median and whether it is met."""
+    out: list[dict[str, Any]] = []
+
+    def add(name: str, value: float | None, goal: str, met: bool) -> None:
+        out.append({"target": name, "median": value, "goal": goal, "met": met})
+
+    side = scenarios.get("side_by_side", {})
+    for point in side.get("points", []):
+        c = point["inflight"]
+        peer = point["ratio.weft_activities_over_dbos_steps"]["median"]
+        add(f"Weft activities/s ÷ DBOS steps/s, {c} in flight", peer, ">= 2", peer >= 2)
+        cpu = point["ratio.server_cpu_per_activity_in_echo_calls"]["median"]
+        add(f"server CPU per activity in echo calls, {c} in flight", cpu, "< 4", cpu < 4)
+    growth = scenarios.get("history_growth", {}).get("ratio_largest_over_smallest", {})
+    if "total_ms" in growth:
+        value = growth["total_ms"]["median"]
+        add("decision task cost, largest ÷ smallest history", value, "< 1.5", value < 1.5)
+    dispatch = scenarios.get("dispatch", {})
+    for key, label in (
+        ("ratio_signal_to_decider_over_round_trip", "signal → DeciderStarted"),
+        ("ratio_schedule_to_start_over_round_trip", "ActivityScheduled → ActivityStarted"),
+    ):
+        if key in dispatch:
+            value = dispatch[key]["median"]
+            add(f"{label}, in bare round trips", value, "< 2", value < 2)
+    return out
+
+
+def render(doc: dict[str, Any]) -> str:
+    scenarios: dict[str, Any] = doc["scenarios"]
+    pg = doc["postgres"]
+    machine = doc["machine"]
+    parts = [
+        f"Weft benchmark ({doc['profile']}), {machine['cpus']} CPUs {machine['cpu_model']},"
+        f" PostgreSQL {pg.get('server_version')}"
+        f" (synchronous_commit={pg.get('synchronous_commit')}, fsync={pg.get('fsync')}),"
+        " SQLite synchronous=FULL.",
+        "Figures: median [min-max] over repeats; ratios are taken per repeat, then the median.",
+    ]
+    parts += _side_by_side(scenarios.get("side_by_side"))
+    parts += _growth(scenarios.get("history_growth"))
+    parts += _dispatch(scenarios.get("dispatch"))
+    parts += _steps(scenarios.get("steps"))
+    parts += _sqlite(scenarios.get("sqlite"))
+    rows = [
+        [t["target"], num(t["median"], 2), t["goal"], "met" if t["met"] else "NOT met"]
+        for t in doc["targets"]
+    ]
+    parts += ["", "Targets", table(["target", "median", "goal", ""], rows)]
+    return "\n".join(parts)
+
+
+def _problem(title: str, result: dict[str, Any] | None) -> list[str] | None:
+    if result is None:
+        return ["", f"{title}: not run"]
+    for key in ("skipped", "error"):
+        if key in result:
+            return ["", f"{title}: {key}: {result[key]}"]
+    return None
+
+
+def _side_by_side(result: dict[str, Any] | None) -> list[str]:
+    title = "1-3. Throughput, the DBOS peer and the bare limits, side by side"
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    head = (
+        f"{title} ({result['workflows_per_batch']} workflows x {result['steps_per_workflow']}"
+        " trivial activities / steps per batch)"
+    )
+    rows, rows2 = [], []
+    for p in result["points"]:
+        rows.append(
+            [
+                str(p["inflight"]),
+                fmt(p["weft.activities_per_s"]),
+                fmt(p["weft.decision_tasks_per_s"]),
+                fmt(p["dbos.steps_per_s"]),
+                fmt(p["ratio.weft_activities_over_dbos_steps"], 2),
+                fmt(p["weft.server_cpu_per_activity_ms"], 2),
+                fmt(p["echo.server_cpu_per_call_ms"], 3),
+                fmt(p["ratio.server_cpu_per_activity_in_echo_calls"], 1),
+            ]
+        )
+        rows2.append(
+            [
+                str(p["inflight"]),
+                fmt(p["weft.schedule_to_start_p50_ms"], 1),
+                fmt(p["weft.schedule_to_start_p99_ms"], 1),
+                fmt(p["weft.activity_to_next_p50_ms"], 1),
+                fmt(p["weft.activity_to_next_p99_ms"], 1),
+                fmt(p["append.txns_per_s"]),
+                fmt(p["ratio.append_txns_per_activity"], 1),
+                fmt(p["echo.calls_per_s"]),
+                fmt(p["ratio.echo_calls_per_activity"], 1),
+            ]
+        )
+    return [
+        "",
+        head,
+        table(
+            [
+                "in flight",
+                "Weft act/s",
+                "decision tasks/s",
+                "DBOS steps/s",
+                "Weft÷DBOS",
+                "server CPU ms/act",
+                "echo CPU ms/call",
+                "÷ (echo calls)",
+            ],
+            rows,
+        ),
+        "",
+        table(
+            [
+                "in flight",
+                "sched→start p50 ms",
+                "p99",
+                "act→next act p50 ms",
+                "p99",
+                "bare append txn/s",
+                "appends per act",
+                "bare echo/s",
+                "echoes per act",
+            ],
+            rows2,
+        ),
+    ]
+
+
+def _growth(result: dict[str, Any] | None) -> list[str]:
+    title = "4. History growth: one decision task at each history size (ms)"
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    rows = [
+        [
+            num(s["history_events"]),
+            fmt(s["events"]),
+            fmt(s["poll_ms"], 2),
+            fmt(s["pages_ms"], 2),
+            fmt(s["decider_ms"], 2),
+            fmt(s["respond_ms"], 2),
+            fmt(s["total_ms"], 2),
+        ]
+        for s in result["sizes"]
+    ]
+    ratios = result["ratio_largest_over_smallest"]
+    return [
+        "",
+        title,
+        table(["history", "events", "poll", "more pages", "decider", "respond", "total"], rows),
+        "largest ÷ smallest: total "
+        + fmt(ratios["total_ms"], 1)
+        + ", server part "
+        + fmt(ratios["server_ms"], 1)
+        + ", decider part "
+        + fmt(ratios["decider_ms"], 1),
+    ]
+
+
+def _dispatch(result: dict[str, Any] | None) -> list[str]:
+    title = "5. Dispatch latency with an idle poller waiting (server clock)"
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    rows = [
+        [
+            "signal → DeciderStarted",
+            fmt(result["signal_to_decider_started_ms"], 2),
+            fmt(result["ratio_signal_to_decider_over_round_trip"], 1),
+        ],
+        [
+            "ActivityScheduled → ActivityStarted",
+            fmt(result["activity_scheduled_to_started_ms"], 2),
+            fmt(result["ratio_schedule_to_start_over_round_trip"], 1),
+        ],
+        ["bare grpc.aio round trip p50", fmt(result["bare_round_trip_p50_ms"], 2), "1"],
+    ]
+    return ["", title, table(["hand-off", "ms", "in round trips"], rows)]
+
+
+def _steps(result: dict[str, Any] | None) -> list[str]:
+    title = "6. Steps: the same workload as a YAML step workflow vs SDK code"
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    rows = [
+        [
+            str(p["inflight"]),
+            fmt(p["steps.activities_per_s"]),
+            fmt(p["code.activities_per_s"]),
+            fmt(p["ratio.steps_over_code_activities_per_s"], 2),
+            fmt(p["steps.server_cpu_per_activity_ms"], 2),
+            fmt(p["ratio.steps_over_code_server_cpu_per_activity"], 2),
+            fmt(p["steps.workers_cpu_per_activity_ms"], 2),
+            fmt(p["ratio.steps_over_code_workers_cpu_per_activity"], 2),
+            fmt(p["steps.decision_tasks_per_workflow"], 1),
+        ]
+        for p in result["points"]
+    ]
+    headers = [
+        "in flight",
+        "steps act/s",
+        "code act/s",
+        "steps÷code",
+        "server CPU ms/act",
+        "÷ code",
+        "workers CPU ms/act",
+        "÷ code",
+        "decisions/wf",
+    ]
+    return ["", title, table(headers, rows)]
+
+
+def _sqlite(result: dict[str, Any] | None) -> list[str]:
+    title = "Throughput on SQLite (synchronous=FULL) vs PostgreSQL"
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    rows = [
+        [
+            str(p["inflight"]),
+            fmt(p["sqlite.activities_per_s"]),
+            fmt(p["postgres.activities_per_s"]),
+            fmt(p["ratio.sqlite_over_postgres_activities_per_s"], 2),
+            fmt(p["sqlite.server_cpu_per_activity_ms"], 2),
+            fmt(p["sqlite.schedule_to_start_p50_ms"], 1),
+            fmt(p["sqlite.activity_to_next_p50_ms"], 1),
+        ]
+        for p in result["points"]
+    ]
+    headers = [
+        "in flight",
+        "SQLite act/s",
+        "PG act/s",
+        "SQLite÷PG",
+        "server CPU ms/act",
+        "sched→start p50",
+        "act→next p50",
+    ]
+    return ["", title, table(headers, rows)]

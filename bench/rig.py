@@ -1,0 +1,80 @@
+"""Everything a scenario needs, started once per run: the Weft server on
+PostgreSQL with its decider and runner processes, the echo server, the DBOS
+peer, the completion listener and the paths of the bare-append database."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+from bench.drive import Completions
+from bench.peer import DbosPeer
+from bench.processes import Process, WeftServer, weft_worker
+from bench.profile import Profile
+from bench.workload import TASK_LIST
+from sdk import AsyncClient
+from sdk.retry import RetryPolicy
+
+# Worker processes sized so they never limit 16 workflows in flight.
+DECIDER_CONCURRENCY = "32"
+RUNNER_CONCURRENCY = "64"
+
+
+@dataclass
+class WeftNode:
+    """One `weft server` with a `weft decider` and a `weft runner` on `bench.workload`."""
+
+    server: WeftServer
+    decider: Process
+    runner: Process
+    client: AsyncClient
+
+    @classmethod
+    async def start(cls, name: str, db_url: str, log_dir: Path, log_level: str) -> WeftNode:
+        server = WeftServer(f"{name}-server", db_url, log_dir, log_level)
+        server.start()
+        await server.wait_serving()
+        common = ["--task-list", TASK_LIST, "bench.workload"]
+        decider = weft_worker(
+            "decider",
+            f"{name}-decider",
+            server.address,
+            ["--concurrency", DECIDER_CONCURRENCY, *common],
+            log_dir,
+            log_level,
+        ).start()
+        runner = weft_worker(
+            "runner",
+            f"{name}-runner",
+            server.address,
+            ["--concurrency", RUNNER_CONCURRENCY, *common],
+            log_dir,
+            log_level,
+        ).start()
+        client = AsyncClient(server.address, identity="bench-driver", retry=RetryPolicy())
+        return cls(server, decider, runner, client)
+
+    def workers_cpu(self) -> float:
+        return self.decider.cpu() + self.runner.cpu()
+
+    def check_alive(self) -> None:
+        for proc in (self.server, self.decider, self.runner):
+            proc.check_alive()
+
+    async def stop(self) -> None:
+        await self.client.close()
+        for proc in (self.runner, self.decider, self.server):
+            proc.stop()
+
+
+@dataclass
+class Rig:
+    profile: Profile
+    log_dir: Path
+    log_level: str
+    pg: WeftNode
+    echo: Process
+    echo_address: str
+    peer: DbosPeer
+    append_url: str
+    completions: Completions

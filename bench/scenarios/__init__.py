@@ -1,0 +1,1 @@
+"""The scenarios of `make bench`, one module each (bench/README.md)."""

@@ -1,0 +1,64 @@
+"""One timed batch of Weft workflows: rates, CPU per activity (from /proc) and
+the hand-off latencies read back from a sample of the histories."""
+
+from __future__ import annotations
+
+import statistics
+import uuid
+from collections.abc import Sequence
+from typing import Any
+
+from bench.drive import run_batch, sample_hand_offs
+from bench.processes import Process
+from bench.rig import Rig, WeftNode
+from bench.workload import TASK_LIST
+
+
+async def weft_batch(
+    rig: Rig,
+    node: WeftNode,
+    *,
+    inflight: int,
+    workflows: int,
+    workflow_type: str = "bench-chain",
+    task_list: str = TASK_LIST,
+    workers: Sequence[Process] = (),
+    timed: bool = True,
+) -> dict[str, Any]:
+    """Run one batch; with `timed=False` (warm-up) only run it. `workers` are
+    the decider and runner processes doing the work (default: the node's)."""
+    steps = rig.profile.steps
+    workers = workers or (node.decider, node.runner)
+
+    def workers_cpu() -> float:
+        return sum(proc.cpu() for proc in workers)
+
+    prefix = f"{workflow_type}-c{inflight}-{uuid.uuid4().hex[:6]}"
+    server_cpu0, workers_cpu0 = node.server.cpu(), workers_cpu()
+    batch = await run_batch(
+        node.client,
+        rig.completions,
+        workflow_type=workflow_type,
+        task_list=task_list,
+        workflows=workflows,
+        steps=steps,
+        inflight=inflight,
+        prefix=prefix,
+    )
+    server_cpu = node.server.cpu() - server_cpu0
+    spent_by_workers = workers_cpu() - workers_cpu0
+    node.check_alive()
+    if not timed:
+        return {}
+    hand_offs, decisions = await sample_hand_offs(node.client, batch.workflow_ids)
+    activities = workflows * steps
+    return {
+        "activities_per_s": activities / batch.seconds,
+        "workflows_per_s": workflows / batch.seconds,
+        "decision_tasks_per_s": workflows * statistics.mean(decisions) / batch.seconds,
+        "decision_tasks_per_workflow": statistics.mean(decisions),
+        "server_cpu_per_activity_ms": server_cpu / activities * 1000,
+        "workers_cpu_per_activity_ms": spent_by_workers / activities * 1000,
+        "server_cpu_cores": server_cpu / batch.seconds,
+        **hand_offs.summary(),
+    }
