@@ -41,8 +41,8 @@ class Server:
 
     def _committed(self, c: Committed) -> None:
         self.metrics.events.inc(c.events)
-        for key in c.task_lists:
-            self._wakeups.wake(key)
+        for key, added in c.task_lists.items():
+            self._wakeups.wake_pollers(key, added)
         for run_id in c.runs_with_events:
             self._wakeups.wake(("run", run_id))
         if c.earliest_deadline is not None and self._scanner is not None:
@@ -63,7 +63,13 @@ class Server:
             ready = asyncio.Event()
             self._tasks.append(
                 asyncio.create_task(
-                    listen(self.config.db_url, self._on_notify, self._wakeups.wake_all, ready),
+                    listen(
+                        self.config.db_url,
+                        self._on_notify,
+                        self._wakeups.wake_all,
+                        ready,
+                        own_node=store.node_id,
+                    ),
                     name="pg-listener",
                 )
             )
@@ -100,8 +106,8 @@ class Server:
         )
         return self.port
 
-    def _on_notify(self, key: TaskListKey) -> None:
-        self._wakeups.wake(key)
+    def _on_notify(self, key: TaskListKey, added: int) -> None:
+        self._wakeups.wake_pollers(key, added)
 
     async def wait(self) -> None:
         assert self._grpc is not None

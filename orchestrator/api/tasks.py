@@ -11,7 +11,7 @@ from typing import Any, TypeVar
 
 import structlog
 
-from orchestrator.dispatch.wakeups import wait
+from orchestrator.dispatch.wakeups import wait_ticket
 from orchestrator.engine import activity as activities
 from orchestrator.engine.decisions import (
     ActivityDefaults,
@@ -57,20 +57,32 @@ class TaskService(ServiceBase):
     # -- decision tasks ---------------------------------------------------------------
 
     async def _long_poll(self, key: TaskListKey, identity: str, claim: Callable[[], Any]) -> Any:
-        """Claim a task, or wait until one is committed, until the long poll expires."""
+        """Claim a task, or wait in line until one is committed, until the long poll expires."""
         loop = asyncio.get_running_loop()
         await self._note_poller(key, identity, loop.time())
         deadline = loop.time() + self._settings.long_poll
-        while not self.draining:
-            woken = self._wakeups.current(key)
-            got = await claim()
-            if got is not None:
-                return got
-            remaining = deadline - loop.time()
-            if remaining <= 0:
-                return None
-            await wait(woken, min(remaining, RECHECK))
-        return None
+        wakeups = self._wakeups
+        got = None
+        ticket = None
+        try:
+            while not self.draining:
+                ticket = wakeups.ticket(key)
+                got = await claim()
+                if got is not None:
+                    return got
+                remaining = deadline - loop.time()
+                if remaining <= 0:
+                    return None
+                await wait_ticket(ticket, min(remaining, RECHECK))
+                wakeups.leave(key, ticket)
+            return None
+        finally:
+            if ticket is not None:
+                wakeups.leave(key, ticket)
+                # Woken during its last look, or as it was cancelled: that wake-up
+                # may have been for a task it did not take, so the next in line looks.
+                if ticket.done():
+                    wakeups.wake_pollers(key)
 
     @grpc_errors
     async def PollForDecisionTask(

@@ -23,10 +23,12 @@ def conninfo(url: str) -> str:
 
 async def listen(
     url: str,
-    on_task: Callable[[TaskListKey], None],
+    on_task: Callable[[TaskListKey, int], None],
     on_reconnect: Callable[[], None],
     ready: asyncio.Event | None = None,
+    own_node: str = "",
 ) -> None:
+    """Call `on_task(task list, tasks added)` for each commit of another node that adds tasks."""
     delay = 0.1
     while True:
         try:
@@ -40,7 +42,12 @@ async def listen(
                     ready.set()
                 while True:
                     async for note in conn.notifies(timeout=5.0):
-                        on_task(TaskListKey.from_payload(note.payload))
+                        try:
+                            node, added, key = TaskListKey.from_payload(note.payload)
+                        except ValueError:
+                            continue  # not a payload this version writes
+                        if node != own_node:
+                            on_task(key, added)
                     await conn.execute("SELECT 1")  # liveness: a dead link raises here
         except asyncio.CancelledError:
             raise

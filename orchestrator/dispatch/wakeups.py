@@ -1,19 +1,34 @@
 """Waking long polls the moment there is something for them.
 
-Each key (a task list, or a run for history followers) has a generation: a
-waiter takes the current event *before* it looks in the database, so a wake-up
+Two kinds of waiter, woken differently:
+
+* History followers of a run all want every new event, so a run's key has a
+  generation event that wakes them all at once (`current` / `wake`).
+* Pollers of a task list each want one task, so they queue: a commit that
+  adds n tasks wakes n pollers, not all of them (waking all made every parked
+  poller run a claim for each task, costing the server far more than the task).
+  A poller that leaves holding a wake-up it may not have acted on passes it to
+  the next in line. Every poller also looks again every few seconds, so a hint
+  that never arrives costs latency, never a task.
+
+Either way a waiter registers *before* it looks in the database, so a wake-up
 that lands between its look and its wait is never lost.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
+from collections import deque
 from collections.abc import Hashable
 
 
 class Wakeups:
     def __init__(self) -> None:
         self._events: dict[Hashable, asyncio.Event] = {}
+        self._pollers: dict[Hashable, deque[asyncio.Future[None]]] = {}
+
+    # -- followers: wake all ----------------------------------------------------------
 
     def current(self, key: Hashable) -> asyncio.Event:
         event = self._events.get(key)
@@ -26,10 +41,50 @@ class Wakeups:
         if event is not None:
             event.set()
 
+    # -- pollers: wake one per task ---------------------------------------------------
+
+    def ticket(self, key: Hashable) -> asyncio.Future[None]:
+        """Join the queue of `key`; the ticket is done once this poller is woken."""
+        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        self._pollers.setdefault(key, deque()).append(ticket)
+        return ticket
+
+    def leave(self, key: Hashable, ticket: asyncio.Future[None]) -> None:
+        queue = self._pollers.get(key)
+        if queue is None:
+            return
+        # Already woken: wake_pollers took it off the queue.
+        with contextlib.suppress(ValueError):
+            queue.remove(ticket)
+        if not queue:
+            del self._pollers[key]
+
+    def wake_pollers(self, key: Hashable, n: int = 1) -> None:
+        """Wake the `n` longest-waiting pollers of `key`."""
+        queue = self._pollers.get(key)
+        while queue and n > 0:
+            ticket = queue.popleft()
+            if not ticket.done():
+                ticket.set_result(None)
+                n -= 1
+        if queue is not None and not queue:
+            del self._pollers[key]
+
+    def waiting_pollers(self, key: Hashable) -> int:
+        return len(self._pollers.get(key, ()))
+
+    # -- everyone ---------------------------------------------------------------------
+
     def wake_all(self) -> None:
+        """Everyone looks again: after a lost connection, or when the server drains."""
         events, self._events = self._events, {}
         for event in events.values():
             event.set()
+        queues, self._pollers = self._pollers, {}
+        for queue in queues.values():
+            for ticket in queue:
+                if not ticket.done():
+                    ticket.set_result(None)
 
 
 async def wait(event: asyncio.Event, timeout: float) -> bool:
@@ -41,3 +96,11 @@ async def wait(event: asyncio.Event, timeout: float) -> bool:
     except TimeoutError:
         return False
     return True
+
+
+async def wait_ticket(ticket: asyncio.Future[None], timeout: float) -> bool:
+    """True if woken, False on timeout. The ticket itself is never cancelled, so a
+    wake-up that lands as the timeout fires is still seen by the caller."""
+    if timeout > 0 and not ticket.done():
+        await asyncio.wait([ticket], timeout=timeout)
+    return ticket.done()

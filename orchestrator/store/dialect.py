@@ -33,7 +33,7 @@ def async_url(url: str) -> str:
 
 
 def create_engine(url: str) -> AsyncEngine:
-    engine = create_async_engine(async_url(url), pool_pre_ping=True)
+    engine = create_async_engine(async_url(url))
     if engine.dialect.name == "sqlite":
         _configure_sqlite(engine)
     return engine

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import secrets
+import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
 from datetime import datetime, timedelta
@@ -56,6 +57,7 @@ class StoreBase:
         self.is_pg = engine.dialect.name == "postgresql"
         self._on_commit = on_commit
         self._attempts: set[asyncio.Future[Any]] = set()
+        self.node_id = uuid.uuid4().hex[:16]  # tells this node's NOTIFYs from others'
 
     async def close(self) -> None:
         # Attempts whose callers were cancelled are still finishing: let them give
@@ -109,7 +111,11 @@ class StoreBase:
 
         async def attempt() -> list[Any]:
             async with self._engine.connect() as conn:
-                return list((await conn.execute(query)).all())
+                rows = list((await conn.execute(query)).all())
+                # COMMIT, not the pool's ROLLBACK: psycopg forgets its prepared
+                # statements on every rollback, and reads are most statements.
+                await conn.commit()
+                return rows
 
         rows: list[Any] = await self._retrying(attempt)
         return rows

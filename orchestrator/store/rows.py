@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -30,20 +31,24 @@ class TaskListKey:
     kind: str
     task_list: str
 
-    def channel_payload(self) -> str:
-        return f"{self.kind}|{self.namespace}|{self.task_list}"
+    def channel_payload(self, node: str, added: int) -> str:
+        """The NOTIFY payload: the sending node, so that it can skip its own (its
+        pollers were woken at commit already), and how many pollers to wake."""
+        return f"{node}|{added}|{self.kind}|{self.namespace}|{self.task_list}"
 
     @classmethod
-    def from_payload(cls, payload: str) -> TaskListKey:
-        kind, namespace, task_list = payload.split("|", 2)
-        return cls(namespace, kind, task_list)
+    def from_payload(cls, payload: str) -> tuple[str, int, TaskListKey]:
+        """(sending node, tasks added, task list). Names may hold "|": the last field
+        takes the rest. ValueError if it is not such a payload."""
+        node, added, kind, namespace, task_list = payload.split("|", 4)
+        return node, int(added), cls(namespace, kind, task_list)
 
 
 @dataclass
 class Committed:
     """What a commit changed that waiting pollers, followers and the timer scanner care about."""
 
-    task_lists: set[TaskListKey] = field(default_factory=set)
+    task_lists: Counter[TaskListKey] = field(default_factory=Counter)  # tasks added per list
     runs_with_events: set[str] = field(default_factory=set)
     events: int = 0
     earliest_deadline: float | None = None

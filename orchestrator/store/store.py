@@ -10,10 +10,11 @@ Only this package imports SQLAlchemy; database errors become domain errors here.
 from __future__ import annotations
 
 import asyncio
+from collections import Counter
 from collections.abc import Callable
-from typing import TypeVar, overload
+from typing import Any, TypeVar, overload
 
-from sqlalchemy import and_, delete, insert, select, text, update
+from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -37,6 +38,41 @@ __all__ = ["NOTIFY_CHANNEL", "Committed", "DueDeadline", "RunRow", "Store", "Tas
 
 T = TypeVar("T")
 _CLAIM_ROUNDS = 20  # another poller took the task we chose: choose again
+
+# The statements of every state transition, built once. Building a statement and
+# its cache key costs about as much CPU as running it, on the hottest path.
+_OLDEST_TASK = (
+    select(tasks.c.id, tasks.c.run_id, tasks.c.scheduled_id)
+    .where(
+        tasks.c.namespace == bindparam("namespace"),
+        tasks.c.kind == bindparam("kind"),
+        tasks.c.task_list == bindparam("task_list"),
+    )
+    .order_by(tasks.c.id)
+    .limit(1)
+)
+# PostgreSQL: the oldest task whose run nobody holds, locking that run and
+# reading its state in the same statement.
+_OLDEST_FREE_TASK = (
+    _OLDEST_TASK.add_columns(runs.c.state)
+    .join_from(tasks, runs, runs.c.run_id == tasks.c.run_id)
+    .with_for_update(of=runs, skip_locked=True)
+)
+_TASK_EXISTS = select(tasks.c.id).where(tasks.c.id == bindparam("id"))
+_RUN_STATE = select(runs.c.state).where(runs.c.run_id == bindparam("run_id"))
+_LOCK_RUN = {is_pg: dialect.for_update(_RUN_STATE, is_pg) for is_pg in (False, True)}
+_LOCK_RUN_UNLESS_BUSY = _RUN_STATE.with_for_update(skip_locked=True)
+_UPDATE_RUN = update(runs).where(runs.c.run_id == bindparam("key_run_id"))
+_DELETE_TASK = delete(tasks).where(
+    tasks.c.run_id == bindparam("run_id"),
+    tasks.c.kind == bindparam("kind"),
+    tasks.c.scheduled_id == bindparam("scheduled_id"),
+)
+_DELETE_DEADLINE = delete(deadlines).where(
+    deadlines.c.run_id == bindparam("run_id"),
+    deadlines.c.kind == bindparam("kind"),
+    deadlines.c.ref_id == bindparam("ref_id"),
+)
 
 
 class _Taken:
@@ -216,34 +252,27 @@ class Store(StoreBase):
         LOCKED`), so concurrent pollers spread over runs; only if every run
         with a task is busy does a poller wait its turn on the oldest one.
         """
-        where = and_(
-            tasks.c.namespace == namespace, tasks.c.kind == kind, tasks.c.task_list == task_list
-        )
-        oldest = (
-            select(tasks.c.id, tasks.c.run_id, tasks.c.scheduled_id)
-            .where(where)
-            .order_by(tasks.c.id)
-            .limit(1)
-        )
-        if not await self._rows(oldest):
+        where = {"namespace": namespace, "kind": kind, "task_list": task_list}
+        if not self.is_pg and not await self._rows(_OLDEST_TASK.params(where)):
+            # SQLite's write transaction locks the whole database: look first.
+            # PostgreSQL's costs no more than this read when it finds nothing.
             return None
 
         async def attempt() -> T | _Taken | None:
             committed = Committed()
             async with self._write() as conn:
-                row = None
+                row: Any = None
                 if self.is_pg:
-                    free_run = oldest.join_from(tasks, runs, runs.c.run_id == tasks.c.run_id)
-                    row = (
-                        await conn.execute(free_run.with_for_update(of=runs, skip_locked=True))
-                    ).first()
-                if row is None:
-                    row = (await conn.execute(oldest)).first()
+                    row = (await conn.execute(_OLDEST_FREE_TASK, where)).first()
+                if row is not None:
+                    state = RunState.from_json(row.state)
+                else:
+                    row = (await conn.execute(_OLDEST_TASK, where)).first()
                     if row is None:
                         return None
-                state = await self._lock_run(conn, row.run_id)
+                    state = await self._lock_run(conn, row.run_id)
                 # Task rows change only under their run's lock: now we know.
-                if await conn.scalar(select(tasks.c.id).where(tasks.c.id == row.id)) is None:
+                if await conn.scalar(_TASK_EXISTS, {"id": row.id}) is None:
                     return _TAKEN
                 result = await self._apply(
                     conn, state, lambda t: fn(t, row.scheduled_id), committed, is_new=False
@@ -268,16 +297,14 @@ class Store(StoreBase):
     async def _lock_run(
         self, conn: AsyncConnection, run_id: str, *, skip_locked: bool = False
     ) -> RunState | None:
-        query = select(runs.c.state).where(runs.c.run_id == run_id)
+        key = {"run_id": run_id}
         if self.is_pg and skip_locked:
             # Tell "busy" apart from "gone": only a missing row is NOT_FOUND.
-            raw = await conn.scalar(query.with_for_update(skip_locked=True))
-            if raw is None and await conn.scalar(
-                select(runs.c.run_id).where(runs.c.run_id == run_id)
-            ):
+            raw = await conn.scalar(_LOCK_RUN_UNLESS_BUSY, key)
+            if raw is None and await conn.scalar(_RUN_STATE, key):
                 return None
         else:
-            raw = await conn.scalar(dialect.for_update(query, self.is_pg))
+            raw = await conn.scalar(_LOCK_RUN[self.is_pg], key)
         if raw is None:
             raise NotFound(f"run {run_id} not found")
         return RunState.from_json(raw)
@@ -345,7 +372,7 @@ class Store(StoreBase):
                 )
             )
         else:
-            await conn.execute(update(runs).where(runs.c.run_id == s.run_id).values(**row))
+            await conn.execute(_UPDATE_RUN, {"key_run_id": s.run_id, **row})
         await self._sync_tasks(conn, s, before_tasks, committed)
         await self._sync_deadlines(conn, s, before_deadlines, committed)
         for successor in t.new_runs:
@@ -355,14 +382,12 @@ class Store(StoreBase):
         self, conn: AsyncConnection, s: RunState, before: set[derived.TaskRef], c: Committed
     ) -> None:
         after = derived.tasks(s)
-        for ref in before - after:
-            await conn.execute(
-                delete(tasks).where(
-                    tasks.c.run_id == s.run_id,
-                    tasks.c.kind == ref.kind,
-                    tasks.c.scheduled_id == ref.scheduled_id,
-                )
-            )
+        gone = [
+            {"run_id": s.run_id, "kind": ref.kind, "scheduled_id": ref.scheduled_id}
+            for ref in before - after
+        ]
+        if gone:
+            await conn.execute(_DELETE_TASK, gone)
         added = after - before
         if not added:
             return
@@ -381,15 +406,15 @@ class Store(StoreBase):
                 for r in sorted(added, key=lambda r: r.scheduled_id)
             ],
         )
-        keys = {TaskListKey(s.namespace, r.kind, r.task_list) for r in added}
-        c.task_lists |= keys
+        counts = Counter(TaskListKey(s.namespace, r.kind, r.task_list) for r in added)
+        c.task_lists.update(counts)
         if self.is_pg:
             # Transactional: delivered on commit only, so a poller woken on
             # another node always finds the row.
-            for key in keys:
+            for key, n in counts.items():
                 await conn.execute(
                     text("SELECT pg_notify(:ch, :payload)"),
-                    {"ch": NOTIFY_CHANNEL, "payload": key.channel_payload()},
+                    {"ch": NOTIFY_CHANNEL, "payload": key.channel_payload(self.node_id, n)},
                 )
 
     async def _sync_deadlines(
@@ -400,15 +425,13 @@ class Store(StoreBase):
         c: Committed,
     ) -> None:
         after = derived.deadlines(s)
-        for key, due in before.items():
-            if after.get(key) != due:
-                await conn.execute(
-                    delete(deadlines).where(
-                        deadlines.c.run_id == s.run_id,
-                        deadlines.c.kind == key[0],
-                        deadlines.c.ref_id == key[1],
-                    )
-                )
+        changed = [
+            {"run_id": s.run_id, "kind": key[0], "ref_id": key[1]}
+            for key, due in before.items()
+            if after.get(key) != due
+        ]
+        if changed:
+            await conn.execute(_DELETE_DEADLINE, changed)
         added = [(k, due) for k, due in after.items() if before.get(k) != due]
         if added:
             await conn.execute(

@@ -1,0 +1,64 @@
+"""Pollers queue for task wake-ups: n new tasks wake the n longest waiting."""
+
+from __future__ import annotations
+
+import pytest
+
+from orchestrator.dispatch.wakeups import Wakeups, wait_ticket
+from orchestrator.store.rows import TaskListKey
+
+KEY = TaskListKey("default", "decision", "orders")
+
+
+async def test_n_tasks_wake_the_n_longest_waiting_pollers() -> None:
+    wakeups = Wakeups()
+    first, second, third = (wakeups.ticket(KEY) for _ in range(3))
+    wakeups.wake_pollers(KEY, 2)
+    assert [first.done(), second.done(), third.done()] == [True, True, False]
+    assert wakeups.waiting_pollers(KEY) == 1
+
+
+async def test_a_poller_that_left_is_not_woken_in_place_of_one_waiting() -> None:
+    wakeups = Wakeups()
+    gone, waiting = wakeups.ticket(KEY), wakeups.ticket(KEY)
+    wakeups.leave(KEY, gone)
+    wakeups.wake_pollers(KEY)
+    assert not gone.done()
+    assert waiting.done()
+    assert wakeups.waiting_pollers(KEY) == 0
+
+
+async def test_waking_an_empty_list_is_a_no_op_and_other_lists_are_untouched() -> None:
+    wakeups = Wakeups()
+    other = wakeups.ticket(TaskListKey("default", "activity", "orders"))
+    wakeups.wake_pollers(KEY, 5)
+    assert not other.done()
+
+
+async def test_wake_all_wakes_every_poller_and_follower() -> None:
+    wakeups = Wakeups()
+    tickets = [wakeups.ticket(KEY) for _ in range(3)]
+    follower = wakeups.current("run-1")
+    wakeups.wake_all()
+    assert all(ticket.done() for ticket in tickets)
+    assert follower.is_set()
+    assert wakeups.waiting_pollers(KEY) == 0
+
+
+async def test_wait_ticket_reports_a_timeout_and_a_wake_up() -> None:
+    wakeups = Wakeups()
+    ticket = wakeups.ticket(KEY)
+    assert await wait_ticket(ticket, 0.01) is False
+    wakeups.wake_pollers(KEY)
+    assert await wait_ticket(ticket, 5.0) is True
+
+
+def test_notify_payload_round_trips_a_task_list_name_with_the_separator() -> None:
+    key = TaskListKey("default", "activity", "a|b")
+    assert TaskListKey.from_payload(key.channel_payload("node1", 3)) == ("node1", 3, key)
+
+
+@pytest.mark.parametrize("payload", ["decision|default|orders", "node|many|decision|default|x"])
+def test_a_payload_of_another_format_is_refused(payload: str) -> None:
+    with pytest.raises(ValueError):
+        TaskListKey.from_payload(payload)
