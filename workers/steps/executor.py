@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import copy
 import re
-from collections.abc import Coroutine, Mapping, Sequence
+from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -689,21 +689,8 @@ async def _foreach(
     items = _items(expressions.interpolate(args.get("items"), scope))
     body = tuple(args.get("do", ()))
     var, index_var = str(args.get("var", "item")), str(args.get("index_var", "target_index"))
-
-    def frame_for(position: int, item: Any, reduced: dict[str, Any]) -> Frame:
-        variables = copy.deepcopy(frame.variables)
-        variables.update(reduced)
-        _spread(variables, var, item)
-        variables[index_var] = position
-        return Frame(
-            frame.run,
-            body,
-            f"{entry.key}[{position}]/",
-            variables=variables,
-            input=frame.input,
-            parent=frame,
-        )
-
+    # A foreach body sees the enclosing variables (each item its own copy).
+    frame_for = _item_frames(frame, entry, body, var, index_var, frame.variables, frame.input)
     return await _fan_out(frame, step, items, frame_for, scope)
 
 
@@ -726,9 +713,26 @@ async def _workflow(
         return await _run_nested(child), None
     items = _items(expressions.interpolate(args.get("target"), scope))
     var, index_var = str(args.get("var", "target")), str(args.get("index_var", "target_index"))
+    # A nested workflow has variables of its own: only the item and the reduced ones.
+    frame_for = _item_frames(frame, entry, body, var, index_var, {}, entry.input)
+    return await _fan_out(frame, step, items, frame_for, scope)
+
+
+def _item_frames(
+    frame: Frame,
+    entry: Entry,
+    body: tuple[Any, ...],
+    var: str,
+    index_var: str,
+    inherited: dict[str, Any],
+    input: Any,
+) -> Callable[[int, Any, dict[str, Any]], Frame]:
+    """How `_fan_out` makes the frame of each item: `inherited` variables, then the
+    reduced ones, then the item and its index."""
 
     def frame_for(position: int, item: Any, reduced: dict[str, Any]) -> Frame:
-        variables: dict[str, Any] = dict(reduced)
+        variables = copy.deepcopy(inherited)
+        variables.update(reduced)
         _spread(variables, var, item)
         variables[index_var] = position
         return Frame(
@@ -736,11 +740,11 @@ async def _workflow(
             body,
             f"{entry.key}[{position}]/",
             variables=variables,
-            input=entry.input,
+            input=input,
             parent=frame,
         )
 
-    return await _fan_out(frame, step, items, frame_for, scope)
+    return frame_for
 
 
 async def _run_nested(child: Frame) -> Any:
