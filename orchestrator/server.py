@@ -11,6 +11,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from orchestrator.api.admin import AdminService
 from orchestrator.api.service import ServiceSettings, WorkflowService
 from orchestrator.api.tokens import TokenCodec
 from orchestrator.config import ServerConfig
@@ -19,10 +20,11 @@ from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
 from orchestrator.store.store import Committed, Store, TaskListKey
 from orchestrator.timers.scanner import DeadlineScanner
-from sdk.api.weft.v1 import service_pb2, service_pb2_grpc
+from sdk.api.weft.v1 import admin_pb2, admin_pb2_grpc, service_pb2, service_pb2_grpc
 
 log = structlog.get_logger("weft.server")
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].full_name
+ADMIN_SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
 _MAX_MESSAGE = 64 * 1024 * 1024
 
 
@@ -57,6 +59,7 @@ class Server:
             defaults=self.config.defaults,
         )
         self._service = WorkflowService(store, tokens, self._wakeups, settings, self.metrics)
+        admin = AdminService(store, tokens, self._wakeups, settings, self.metrics)
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
         if store.is_pg:
@@ -86,9 +89,11 @@ class Server:
             ]
         )
         service_pb2_grpc.add_WorkflowServiceServicer_to_server(self._service, server)
+        admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME), server
+            (SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            server,
         )
         self.port = server.add_insecure_port(self.config.listen)
         if not self.port:
@@ -96,7 +101,7 @@ class Server:
         await server.start()
         if self.config.metrics_listen:
             self.metrics.serve(self.config.metrics_listen)
-        for name in ("", SERVICE_NAME):
+        for name in ("", SERVICE_NAME, ADMIN_SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "server.started",

@@ -255,6 +255,13 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
                 started_event_id=timer.started_id,
                 fire_time=timestamp(timer.fire_at),
             )
+        for lock in sorted(st.locks.values(), key=lambda lk: lk.requested_id):
+            resp.locks.add(
+                lock_name=lock.lock_name,
+                state="held" if lock.held else "waiting",
+                requested_event_id=lock.requested_id,
+                acquired_event_id=lock.acquired_id,
+            )
         return resp
 
     @grpc_errors

@@ -12,6 +12,7 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
+from . import locks
 from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .limits import Defaults, Limits
 from .start import StartCommand, start_workflow
@@ -27,6 +28,8 @@ _FAILED = frozenset(
         "TimerScheduleFailed",
         "TimerCancelFailed",
         "MarkerFailed",
+        "RequestLockFailed",
+        "ReleaseLockFailed",
     }
 )
 CLOSE_DECISIONS: Mapping[str, str] = {
@@ -128,6 +131,14 @@ def validate_decisions(decisions: Sequence[d.Decision], limits: Limits) -> None:
             raise InvalidArgument(f"{where}: activity_type.name is required")
         if kind == "start_timer" and not dec.start_timer.HasField("start_to_fire_timeout"):
             raise InvalidArgument(f"{where}: start_to_fire_timeout is required")
+        if kind in ("request_lock", "release_lock"):
+            lock_name = getattr(attrs, "lock_name")  # noqa: B009
+            if not lock_name:
+                raise InvalidArgument(f"{where}: lock_name is required")
+            if len(lock_name) > locks.MAX_LOCK_NAME:
+                raise InvalidArgument(
+                    f"{where}: lock_name is longer than {locks.MAX_LOCK_NAME} characters"
+                )
 
 
 def _check_limits(state: RunState, decisions: Sequence[d.Decision], limits: Limits) -> None:
@@ -306,6 +317,8 @@ _APPLY: dict[str, Callable[[Transition, Any, int, DecisionContext], None]] = {
     "start_timer": _start_timer,
     "cancel_timer": _cancel_timer,
     "record_marker": _record_marker,
+    "request_lock": locks.request_lock,
+    "release_lock": locks.release_lock,
 }
 
 

@@ -25,6 +25,16 @@ TIMER = "timer"
 
 
 @dataclass(frozen=True)
+class LockClaim:
+    """A run's row in a lock's table: its holder, or one place in its queue."""
+
+    held: bool
+    requested_id: int
+    since: float
+    """When it was acquired (held) or requested (waiting)."""
+
+
+@dataclass(frozen=True)
 class TaskRef:
     kind: str
     task_list: str
@@ -75,3 +85,18 @@ def deadlines(state: RunState) -> dict[tuple[str, int], float]:
     for timer in state.timers.values():
         out[(TIMER, timer.started_id)] = timer.fire_at
     return out
+
+
+def lock_claims(state: RunState) -> dict[str, LockClaim]:
+    """Lock name -> this run's claim on it. A closed run claims nothing: its
+    close released what it held and withdrew what it awaited."""
+    if not state.is_open:
+        return {}
+    return {
+        name: LockClaim(
+            held=lock.held,
+            requested_id=lock.requested_id,
+            since=lock.acquired_at if lock.held else lock.requested_at,
+        )
+        for name, lock in state.locks.items()
+    }

@@ -14,7 +14,7 @@ from google.protobuf.message import Message
 
 from sdk.api.weft.v1 import history_pb2 as h
 
-from .state import CLOSED_STATUSES, ActivityState, RunKey, RunState, TimerState
+from .state import CLOSED_STATUSES, ActivityState, LockState, RunKey, RunState, TimerState
 
 _ONEOF = h.HistoryEvent.DESCRIPTOR.oneofs_by_name["attributes"]
 
@@ -49,6 +49,9 @@ TRIGGERS: frozenset[str] = frozenset(
         "TimerCancelFailed",
         "Signal",
         "MarkerFailed",
+        "LockAcquired",
+        "RequestLockFailed",
+        "ReleaseLockFailed",
     }
 )
 
@@ -174,6 +177,14 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         del state.timers[event.timer_canceled.timer_id]
     elif t == "Signal":
         state.signals += 1
+    elif t == "LockRequested":
+        name = event.lock_requested.lock_name
+        state.locks[name] = LockState(lock_name=name, requested_id=event.event_id, requested_at=at)
+    elif t == "LockAcquired":
+        lock = state.locks[event.lock_acquired.lock_name]
+        lock.acquired_id, lock.acquired_at = event.event_id, at
+    elif t == "LockReleased":
+        del state.locks[event.lock_released.lock_name]
     elif t == "WorkflowCancelRequested":
         state.cancel_requested = True
     elif t in CLOSE_EVENTS:
@@ -184,5 +195,6 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         state.decider = type(d)(previous_started_id=d.previous_started_id)
         state.activities.clear()
         state.timers.clear()
+        state.locks.clear()  # the close releases them (the store grants them on)
         if t == "WorkflowContinuedAsNew":
             state.continued_as_new_run_id = event.workflow_continued_as_new.new_run_id

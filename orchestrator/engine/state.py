@@ -64,6 +64,21 @@ class TimerState:
 
 
 @dataclass
+class LockState:
+    """A lock the run asked for: waiting until `acquired_id` is set, then held."""
+
+    lock_name: str
+    requested_id: int
+    requested_at: float
+    acquired_id: int = 0
+    acquired_at: float = 0.0
+
+    @property
+    def held(self) -> bool:
+        return bool(self.acquired_id)
+
+
+@dataclass
 class RunState:
     namespace: str
     workflow_id: str
@@ -84,6 +99,8 @@ class RunState:
     decider: DeciderState = field(default_factory=DeciderState)
     activities: dict[str, ActivityState] = field(default_factory=dict)
     timers: dict[str, TimerState] = field(default_factory=dict)
+    locks: dict[str, LockState] = field(default_factory=dict)
+    """Held and awaited locks by name (the service's lock rows derive from them)."""
 
     @classmethod
     def blank(cls, key: RunKey) -> RunState:
@@ -112,6 +129,8 @@ class RunState:
         raw["decider"] = DeciderState(**raw["decider"])
         raw["activities"] = {k: ActivityState(**v) for k, v in raw["activities"].items()}
         raw["timers"] = {k: TimerState(**v) for k, v in raw["timers"].items()}
+        # Runs stored before locks existed have none.
+        raw["locks"] = {k: LockState(**v) for k, v in raw.get("locks", {}).items()}
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import func, insert, select
+from sqlalchemy import func, insert, literal, select, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -21,11 +21,24 @@ from orchestrator.engine.state import RunState
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect
-from .rows import Committed, DueDeadline, RunRow, TaskListKey, aware, naive, run_row, utcnow
+from .rows import (
+    Committed,
+    DueDeadline,
+    LockEntry,
+    LockView,
+    RunRow,
+    TaskListKey,
+    aware,
+    naive,
+    run_row,
+    utcnow,
+)
 from .schema import (
     activity_types,
     deadlines,
     history_events,
+    lock_waiters,
+    locks,
     pollers,
     runs,
     server_meta,
@@ -210,6 +223,31 @@ class StoreBase:
             )
         q = q.order_by(runs.c.start_time.desc(), runs.c.run_id.desc()).limit(limit)
         return [run_row(r) for r in await self._rows(q)]
+
+    async def list_locks(self, namespace: str, lock_name: str = "") -> list[LockView]:
+        """Each lock of the namespace with a holder or a waiter, by name.
+
+        One statement, so one snapshot: a grant is never seen half done."""
+        cols = ("lock_name", "run_id", "workflow_id", "requested_id", "since")
+        held = select(*(locks.c[n] for n in cols), literal(0).label("place")).where(
+            locks.c.namespace == namespace
+        )
+        queued = select(*(lock_waiters.c[n] for n in cols), lock_waiters.c.id.label("place")).where(
+            lock_waiters.c.namespace == namespace
+        )
+        if lock_name:
+            held = held.where(locks.c.lock_name == lock_name)
+            queued = queued.where(lock_waiters.c.lock_name == lock_name)
+        both = union_all(held, queued).subquery()
+        views: dict[str, LockView] = {}
+        for r in await self._rows(select(both).order_by(both.c.lock_name, both.c.place)):
+            view = views.setdefault(r.lock_name, LockView(r.lock_name))
+            entry = LockEntry(r.workflow_id, r.run_id, r.requested_id, aware(r.since))
+            if r.place == 0:
+                view.holder = entry
+            else:
+                view.waiters.append(entry)
+        return list(views.values())
 
     async def due_deadlines(self, now: datetime, limit: int) -> list[DueDeadline]:
         rows = await self._rows(

@@ -67,6 +67,24 @@ class RunRow:
 
 
 @dataclass(frozen=True)
+class LockEntry:
+    """A run's place at a lock: its holder, or one of its waiters."""
+
+    workflow_id: str
+    run_id: str
+    requested_id: int
+    since: datetime
+
+
+@dataclass
+class LockView:
+    lock_name: str
+    holder: LockEntry | None = None
+    waiters: list[LockEntry] = field(default_factory=list)
+    """In request order: the first is granted next."""
+
+
+@dataclass(frozen=True)
 class DueDeadline:
     run_id: str
     kind: str

@@ -97,6 +97,34 @@ deadlines = Table(
     Index("ix_deadlines_due", "due"),
 )
 
+# One row per held lock: its holder. The primary key makes "one holder per
+# namespace and name" the database's rule, not only the engine's.
+locks = Table(
+    "locks",
+    metadata,
+    Column("namespace", ID, primary_key=True),
+    Column("lock_name", String(255), primary_key=True),
+    Column("run_id", RUN_ID, nullable=False),
+    Column("workflow_id", String(1000), nullable=False),
+    Column("requested_id", BigInteger, nullable=False),
+    Column("since", DateTime(), nullable=False),
+)
+
+# The queue of each lock, in request order (`id`): the first is granted next.
+lock_waiters = Table(
+    "lock_waiters",
+    metadata,
+    Column("id", SERIAL, primary_key=True, autoincrement=True),
+    Column("namespace", ID, nullable=False),
+    Column("lock_name", String(255), nullable=False),
+    Column("run_id", RUN_ID, nullable=False),
+    Column("workflow_id", String(1000), nullable=False),
+    Column("requested_id", BigInteger, nullable=False),
+    Column("since", DateTime(), nullable=False),
+    Index("ix_lock_waiters_queue", "namespace", "lock_name", "id"),
+    Index("ux_lock_waiters_run", "run_id", "lock_name", unique=True),
+)
+
 request_ids = Table(
     "request_ids",
     metadata,

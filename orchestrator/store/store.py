@@ -19,6 +19,7 @@ from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.engine import derived
+from orchestrator.engine import locks as lock_rules
 from orchestrator.engine.errors import AlreadyExists, NotFound
 from orchestrator.engine.state import RunKey, RunState
 from orchestrator.engine.transition import Transition
@@ -29,6 +30,8 @@ from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, n
 from .schema import (
     deadlines,
     history_events,
+    lock_waiters,
+    locks,
     request_ids,
     runs,
     tasks,
@@ -73,6 +76,23 @@ _DELETE_DEADLINE = delete(deadlines).where(
     deadlines.c.kind == bindparam("kind"),
     deadlines.c.ref_id == bindparam("ref_id"),
 )
+_LOCK_HOLDER = select(locks.c.run_id).where(
+    locks.c.namespace == bindparam("namespace"), locks.c.lock_name == bindparam("lock_name")
+)
+_NEXT_WAITER = (
+    select(lock_waiters.c.run_id)
+    .where(
+        lock_waiters.c.namespace == bindparam("namespace"),
+        lock_waiters.c.lock_name == bindparam("lock_name"),
+    )
+    .order_by(lock_waiters.c.id)
+    .limit(1)
+)
+# Every change to one lock's rows is serialised by a transaction-scoped advisory
+# lock on its name (PostgreSQL; SQLite has one writer at a time anyway), so two
+# runs asking for a free lock at once cannot both see it free, and the queue
+# order is the order in which the requests committed.
+_LOCK_NAME_XACT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 
 
 class _Taken:
@@ -319,11 +339,13 @@ class Store(StoreBase):
     ) -> T:
         before_tasks = derived.tasks(state)
         before_deadlines = derived.deadlines(state)
+        before_locks = derived.lock_claims(state)
         t = Transition(state, utcnow())
         result = fn(t)
         t.finish()
         if t.events or t.state_changed or is_new:
             await self._persist(conn, t, before_tasks, before_deadlines, is_new, committed)
+            await self._sync_locks(conn, t.state, before_locks, committed)
         return result
 
     async def _persist(
@@ -444,3 +466,79 @@ class Store(StoreBase):
             earliest = min(due for _, due in added)
             if c.earliest_deadline is None or earliest < c.earliest_deadline:
                 c.earliest_deadline = earliest
+
+    async def _sync_locks(
+        self,
+        conn: AsyncConnection,
+        s: RunState,
+        before: dict[str, derived.LockClaim],
+        c: Committed,
+    ) -> None:
+        """Write this run's lock rows as its state now calls for, then grant each
+        lock it let go of (or asked for while free) to the first in its queue.
+
+        The grant is applied to the waiter's run in this same transaction: a
+        release and the next holder's LockAcquired commit together, so a crash
+        can lose neither.
+        """
+        after = derived.lock_claims(s)
+        if not before and not after:
+            return
+        changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
+        if self.is_pg:
+            # Sorted, so that two transactions take shared names in one order.
+            for name in changed:
+                await conn.execute(_LOCK_NAME_XACT, {"key": f"{s.namespace}/{name}"})
+        to_settle: list[tuple[str, str, str]] = []  # (lock, previous holder's workflow id, run id)
+        for name in changed:
+            old, new = before.get(name), after.get(name)
+            if old is not None:
+                table = locks if old.held else lock_waiters
+                await conn.execute(
+                    delete(table).where(
+                        table.c.namespace == s.namespace,
+                        table.c.lock_name == name,
+                        table.c.run_id == s.run_id,
+                    )
+                )
+                if old.held:
+                    to_settle.append((name, s.workflow_id, s.run_id))
+            if new is not None:
+                await conn.execute(
+                    insert(locks if new.held else lock_waiters).values(
+                        namespace=s.namespace,
+                        lock_name=name,
+                        run_id=s.run_id,
+                        workflow_id=s.workflow_id,
+                        requested_id=new.requested_id,
+                        since=naive(new.since),
+                    )
+                )
+                if not new.held and (old is None or old.held):
+                    to_settle.append((name, "", ""))  # a new request: the lock may be free
+        for name, prev_workflow, prev_run in to_settle:
+            await self._grant_next(conn, s.namespace, name, prev_workflow, prev_run, c)
+
+    async def _grant_next(
+        self,
+        conn: AsyncConnection,
+        namespace: str,
+        name: str,
+        prev_workflow: str,
+        prev_run: str,
+        c: Committed,
+    ) -> None:
+        where = {"namespace": namespace, "lock_name": name}
+        if await conn.scalar(_LOCK_HOLDER, where) is not None:
+            return
+        waiter = await conn.scalar(_NEXT_WAITER, where)
+        if waiter is None:
+            return
+        state = await self._lock_run(conn, waiter)
+        await self._apply(
+            conn,
+            state,
+            lambda t: lock_rules.grant(t, name, prev_workflow, prev_run),
+            c,
+            is_new=False,
+        )

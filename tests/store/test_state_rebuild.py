@@ -16,7 +16,7 @@ from orchestrator.engine.events import fold
 from orchestrator.engine.state import RunKey, RunState
 from orchestrator.server import Server
 from orchestrator.store import migrate
-from orchestrator.store.schema import deadlines, history_events, runs, tasks
+from orchestrator.store.schema import deadlines, history_events, lock_waiters, locks, runs, tasks
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
@@ -143,6 +143,34 @@ async def test_state_is_the_fold_of_history_and_rows_match_it(
     assert stored.decider.started_id and stored.decider.scheduled_id
 
 
+async def test_lock_state_and_rows_are_the_fold_of_history(
+    stub: sg.WorkflowServiceStub, db: Engine
+) -> None:
+    name, other = unique("lock"), unique("lock")
+
+    def lock(decision: str, lock_name: str) -> d.Decision:
+        if decision == "request":
+            return d.Decision(request_lock=d.RequestLockDecision(lock_name=lock_name))
+        return d.Decision(release_lock=d.ReleaseLockDecision(lock_name=lock_name))
+
+    runs_ = [Driver(stub) for _ in range(4)]
+    for wf in runs_:
+        await wf.start()
+        await wf.decide(await wf.poll_decision(), lock("request", name), lock("request", other))
+    holder, _, quitter, last = runs_
+    # The holder lets go of one lock; a waiter is terminated; the last one withdraws one.
+    await holder.decide(await holder.poll_decision(), lock("release", other))
+    await stub.TerminateWorkflow(
+        s.TerminateWorkflowRequest(execution=c.WorkflowExecution(workflow_id=quitter.workflow_id))
+    )
+    await signal(last, "wake")
+    await last.decide(await last.poll_decision(), lock("release", name))
+
+    statuses = check_all_runs(db)
+    assert sorted(statuses.values()) == ["open", "open", "open", "terminated"]
+    assert set(load(db, holder.run_id).locks) == {name}
+
+
 def load(db: Engine, run_id: str) -> RunState:
     with db.connect() as conn:
         raw = conn.scalar(select(runs.c.state).where(runs.c.run_id == run_id))
@@ -192,5 +220,20 @@ def check_all_runs(db: Engine) -> dict[str, str]:
             }
             wanted_deadlines = {k: _naive(due) for k, due in derived.deadlines(stored).items()}
             assert deadline_rows == wanted_deadlines, where
+
+            lock_rows = {
+                (lk.lock_name, True, lk.requested_id)
+                for lk in conn.execute(select(locks).where(locks.c.run_id == row.run_id))
+            } | {
+                (w.lock_name, False, w.requested_id)
+                for w in conn.execute(
+                    select(lock_waiters).where(lock_waiters.c.run_id == row.run_id)
+                )
+            }
+            wanted_locks = {
+                (name, claim.held, claim.requested_id)
+                for name, claim in derived.lock_claims(stored).items()
+            }
+            assert lock_rows == wanted_locks, where
             out[row.run_id] = row.status
     return out

@@ -35,6 +35,8 @@ class Decision(_message.Message):
     FAIL_WORKFLOW_FIELD_NUMBER: _builtins.int
     CANCEL_WORKFLOW_FIELD_NUMBER: _builtins.int
     CONTINUE_AS_NEW_FIELD_NUMBER: _builtins.int
+    REQUEST_LOCK_FIELD_NUMBER: _builtins.int
+    RELEASE_LOCK_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivityDecision: ...
     @_builtins.property
@@ -53,6 +55,10 @@ class Decision(_message.Message):
     def cancel_workflow(self) -> Global___CancelWorkflowDecision: ...
     @_builtins.property
     def continue_as_new(self) -> Global___ContinueAsNewDecision: ...
+    @_builtins.property
+    def request_lock(self) -> Global___RequestLockDecision: ...
+    @_builtins.property
+    def release_lock(self) -> Global___ReleaseLockDecision: ...
     def __init__(
         self,
         *,
@@ -65,12 +71,14 @@ class Decision(_message.Message):
         fail_workflow: Global___FailWorkflowDecision | None = ...,
         cancel_workflow: Global___CancelWorkflowDecision | None = ...,
         continue_as_new: Global___ContinueAsNewDecision | None = ...,
+        request_lock: Global___RequestLockDecision | None = ...,
+        release_lock: Global___ReleaseLockDecision | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "release_lock", b"release_lock", "request_cancel_activity", b"request_cancel_activity", "request_lock", b"request_lock", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "request_cancel_activity", b"request_cancel_activity", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "release_lock", b"release_lock", "request_cancel_activity", b"request_cancel_activity", "request_lock", b"request_lock", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["schedule_activity", "request_cancel_activity", "start_timer", "cancel_timer", "record_marker", "complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["schedule_activity", "request_cancel_activity", "start_timer", "cancel_timer", "record_marker", "complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new", "request_lock", "release_lock"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -308,3 +316,50 @@ class ContinueAsNewDecision(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ContinueAsNewDecision: _TypeAlias = ContinueAsNewDecision  # noqa: Y015
+
+@_typing.final
+class RequestLockDecision(_message.Message):
+    """Ask for a lock of the run's namespace. Granted at once when it is free
+    (LockAcquired), otherwise when every earlier request has held and released
+    it. A run that already holds or awaits the lock gets RequestLockFailed.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lock_name", b"lock_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestLockDecision: _TypeAlias = RequestLockDecision  # noqa: Y015
+
+@_typing.final
+class ReleaseLockDecision(_message.Message):
+    """Release a held lock, or withdraw a request still waiting. The run's close
+    releases everything it holds and withdraws everything it awaits.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lock_name", b"lock_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseLockDecision: _TypeAlias = ReleaseLockDecision  # noqa: Y015

@@ -63,6 +63,11 @@ class HistoryEvent(_message.Message):
     SIGNAL_FIELD_NUMBER: _builtins.int
     MARKER_FIELD_NUMBER: _builtins.int
     MARKER_FAILED_FIELD_NUMBER: _builtins.int
+    LOCK_REQUESTED_FIELD_NUMBER: _builtins.int
+    LOCK_ACQUIRED_FIELD_NUMBER: _builtins.int
+    LOCK_RELEASED_FIELD_NUMBER: _builtins.int
+    REQUEST_LOCK_FAILED_FIELD_NUMBER: _builtins.int
+    RELEASE_LOCK_FAILED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     type: _builtins.str
     @_builtins.property
@@ -131,6 +136,16 @@ class HistoryEvent(_message.Message):
     def marker(self) -> Global___MarkerAttributes: ...
     @_builtins.property
     def marker_failed(self) -> Global___MarkerFailedAttributes: ...
+    @_builtins.property
+    def lock_requested(self) -> Global___LockRequestedAttributes: ...
+    @_builtins.property
+    def lock_acquired(self) -> Global___LockAcquiredAttributes: ...
+    @_builtins.property
+    def lock_released(self) -> Global___LockReleasedAttributes: ...
+    @_builtins.property
+    def request_lock_failed(self) -> Global___RequestLockFailedAttributes: ...
+    @_builtins.property
+    def release_lock_failed(self) -> Global___ReleaseLockFailedAttributes: ...
     def __init__(
         self,
         *,
@@ -169,12 +184,17 @@ class HistoryEvent(_message.Message):
         signal: Global___SignalAttributes | None = ...,
         marker: Global___MarkerAttributes | None = ...,
         marker_failed: Global___MarkerFailedAttributes | None = ...,
+        lock_requested: Global___LockRequestedAttributes | None = ...,
+        lock_acquired: Global___LockAcquiredAttributes | None = ...,
+        lock_released: Global___LockReleasedAttributes | None = ...,
+        request_lock_failed: Global___RequestLockFailedAttributes | None = ...,
+        release_lock_failed: Global___ReleaseLockFailedAttributes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "marker", b"marker", "marker_failed", b"marker_failed", "signal", b"signal", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "event_id", b"event_id", "marker", b"marker", "marker_failed", b"marker_failed", "signal", b"signal", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "type", b"type", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "event_id", b"event_id", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "type", b"type", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_success", "workflow_failed", "workflow_timed_out", "workflow_cancel_requested", "workflow_canceled", "workflow_terminated", "workflow_continued_as_new", "workflow_close_failed", "decider_scheduled", "decider_started", "decider_completed", "decider_timed_out", "decider_failed", "activity_scheduled", "activity_schedule_failed", "activity_started", "activity_success", "activity_failed", "activity_timed_out", "activity_scheduled_timeout", "activity_cancel_requested", "activity_canceled", "activity_cancel_failed", "timer_scheduled", "timer_schedule_failed", "timer_expired", "timer_canceled", "timer_cancel_failed", "signal", "marker", "marker_failed"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_success", "workflow_failed", "workflow_timed_out", "workflow_cancel_requested", "workflow_canceled", "workflow_terminated", "workflow_continued_as_new", "workflow_close_failed", "decider_scheduled", "decider_started", "decider_completed", "decider_timed_out", "decider_failed", "activity_scheduled", "activity_schedule_failed", "activity_started", "activity_success", "activity_failed", "activity_timed_out", "activity_scheduled_timeout", "activity_cancel_requested", "activity_canceled", "activity_cancel_failed", "timer_scheduled", "timer_schedule_failed", "timer_expired", "timer_canceled", "timer_cancel_failed", "signal", "marker", "marker_failed", "lock_requested", "lock_acquired", "lock_released", "request_lock_failed", "release_lock_failed"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -1058,3 +1078,145 @@ class MarkerFailedAttributes(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___MarkerFailedAttributes: _TypeAlias = MarkerFailedAttributes  # noqa: Y015
+
+@_typing.final
+class LockRequestedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    decider_completed_event_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decider_completed_event_id", b"decider_completed_event_id", "lock_name", b"lock_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LockRequestedAttributes: _TypeAlias = LockRequestedAttributes  # noqa: Y015
+
+@_typing.final
+class LockAcquiredAttributes(_message.Message):
+    """The run holds the lock from here on, until it releases it or closes."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    REQUESTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_HOLDER_WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    PREVIOUS_HOLDER_RUN_ID_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    requested_event_id: _builtins.int
+    previous_holder_workflow_id: _builtins.str
+    """The run that held it before (empty when the lock was free)."""
+    previous_holder_run_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        requested_event_id: _builtins.int = ...,
+        previous_holder_workflow_id: _builtins.str = ...,
+        previous_holder_run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["lock_name", b"lock_name", "previous_holder_run_id", b"previous_holder_run_id", "previous_holder_workflow_id", b"previous_holder_workflow_id", "requested_event_id", b"requested_event_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LockAcquiredAttributes: _TypeAlias = LockAcquiredAttributes  # noqa: Y015
+
+@_typing.final
+class LockReleasedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    WAS_WAITING_FIELD_NUMBER: _builtins.int
+    FORCED_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    decider_completed_event_id: _builtins.int
+    """Set when the decider released it (or withdrew its request)."""
+    was_waiting: _builtins.bool
+    """True when the run had only requested it (a withdrawn request)."""
+    forced: _builtins.bool
+    """An operator's force-release: who did it, and why."""
+    identity: _builtins.str
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+        was_waiting: _builtins.bool = ...,
+        forced: _builtins.bool = ...,
+        identity: _builtins.str = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decider_completed_event_id", b"decider_completed_event_id", "forced", b"forced", "identity", b"identity", "lock_name", b"lock_name", "reason", b"reason", "was_waiting", b"was_waiting"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___LockReleasedAttributes: _TypeAlias = LockReleasedAttributes  # noqa: Y015
+
+@_typing.final
+class RequestLockFailedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    cause: _builtins.str
+    """LOCK_ALREADY_HELD, LOCK_ALREADY_REQUESTED or LOCK_NAME_INVALID."""
+    decider_completed_event_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        cause: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "decider_completed_event_id", b"decider_completed_event_id", "lock_name", b"lock_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RequestLockFailedAttributes: _TypeAlias = RequestLockFailedAttributes  # noqa: Y015
+
+@_typing.final
+class ReleaseLockFailedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    cause: _builtins.str
+    """LOCK_NOT_HELD."""
+    decider_completed_event_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        cause: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "decider_completed_event_id", b"decider_completed_event_id", "lock_name", b"lock_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReleaseLockFailedAttributes: _TypeAlias = ReleaseLockFailedAttributes  # noqa: Y015

@@ -487,6 +487,7 @@ class DescribeWorkflowResponse(_message.Message):
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     DECIDER_TIMEOUT_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
+    LOCKS_FIELD_NUMBER: _builtins.int
     decider_state: _builtins.str
     """"none", "scheduled", "started" or "started+scheduled"."""
     cancel_requested: _builtins.bool
@@ -500,6 +501,10 @@ class DescribeWorkflowResponse(_message.Message):
     def execution_timeout(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def decider_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def locks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunLock]:
+        """Locks the run holds or waits for, in request order."""
+
     def __init__(
         self,
         *,
@@ -510,14 +515,45 @@ class DescribeWorkflowResponse(_message.Message):
         execution_timeout: _duration_pb2.Duration | None = ...,
         decider_timeout: _duration_pb2.Duration | None = ...,
         cancel_requested: _builtins.bool = ...,
+        locks: _abc.Iterable[Global___RunLock] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "locks", b"locks", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeWorkflowResponse: _TypeAlias = DescribeWorkflowResponse  # noqa: Y015
+
+@_typing.final
+class RunLock(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    STATE_FIELD_NUMBER: _builtins.int
+    REQUESTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    ACQUIRED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    state: _builtins.str
+    """"held" or "waiting"."""
+    requested_event_id: _builtins.int
+    acquired_event_id: _builtins.int
+    """0 while waiting."""
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        state: _builtins.str = ...,
+        requested_event_id: _builtins.int = ...,
+        acquired_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["acquired_event_id", b"acquired_event_id", "lock_name", b"lock_name", "requested_event_id", b"requested_event_id", "state", b"state"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RunLock: _TypeAlias = RunLock  # noqa: Y015
 
 @_typing.final
 class ListWorkflowsRequest(_message.Message):

@@ -1,0 +1,79 @@
+"""weft.v1.AdminService: what operators do to the service rather than to one
+workflow. Locks so far: list them, force-release one."""
+
+from __future__ import annotations
+
+import structlog
+
+from orchestrator.engine import locks as lock_rules
+from orchestrator.engine.errors import FailedPrecondition, NotFound
+from orchestrator.store.rows import LockEntry
+from sdk.api.weft.v1 import admin_pb2 as a
+from sdk.api.weft.v1 import admin_pb2_grpc as ag
+
+from . import validate
+from .common import Ctx, ServiceBase, timestamp
+from .errors import grpc_errors
+
+log = structlog.get_logger("weft.api")
+
+
+def _holder(entry: LockEntry) -> a.LockHolder:
+    return a.LockHolder(
+        workflow_id=entry.workflow_id,
+        run_id=entry.run_id,
+        requested_event_id=entry.requested_id,
+        since=timestamp(entry.since.timestamp()),
+    )
+
+
+class AdminService(ServiceBase, ag.AdminServiceServicer):
+    @grpc_errors
+    async def ListLocks(self, req: a.ListLocksRequest, ctx: Ctx) -> a.ListLocksResponse:
+        ns = validate.namespace(req.namespace)
+        if req.lock_name:
+            validate.name("lock_name", req.lock_name, lock_rules.MAX_LOCK_NAME)
+        resp = a.ListLocksResponse()
+        for view in await self._store.list_locks(ns, req.lock_name):
+            info = resp.locks.add(lock_name=view.lock_name)
+            if view.holder is not None:
+                info.holder.CopyFrom(_holder(view.holder))
+            info.waiters.extend(_holder(w) for w in view.waiters)
+        return resp
+
+    @grpc_errors
+    async def ForceReleaseLock(
+        self, req: a.ForceReleaseLockRequest, ctx: Ctx
+    ) -> a.ForceReleaseLockResponse:
+        ns = validate.namespace(req.namespace)
+        name = validate.name("lock_name", req.lock_name, lock_rules.MAX_LOCK_NAME)
+        for _ in range(3):
+            views = await self._store.list_locks(ns, name)
+            holder = views[0].holder if views else None
+            if holder is None:
+                raise NotFound(f"lock {name!r} has no holder in namespace {ns!r}")
+            try:
+                await self._store.transact(
+                    holder.run_id,
+                    lambda t: lock_rules.force_release(t, name, req.identity, req.reason),
+                )
+            except FailedPrecondition:
+                continue  # it changed hands (or its run closed) since we looked: look again
+            break
+        else:
+            raise FailedPrecondition(f"lock {name!r} keeps changing hands; try again")
+        log.info(
+            "lock.force_released",
+            namespace=ns,
+            lock=name,
+            workflow_id=holder.workflow_id,
+            identity=req.identity,
+        )
+        resp = a.ForceReleaseLockResponse(
+            released_workflow_id=holder.workflow_id, released_run_id=holder.run_id
+        )
+        after = await self._store.list_locks(ns, name)
+        if after and after[0].holder is not None:
+            resp.granted_workflow_id = after[0].holder.workflow_id
+            resp.granted_run_id = after[0].holder.run_id
+        return resp
