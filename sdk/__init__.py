@@ -37,12 +37,16 @@ from sdk.errors import (
     WorkflowTimedOutError,
 )
 from sdk.events import Event
-from sdk.history import ActivityState, Failure, Marker, Signal, TimerState
+from sdk.history import ActivityState, Failure, LockState, Marker, Signal, TimerState
 from sdk.retry import RetryPolicy
 from sdk.sync_client import Client
 from sdk.workflows import (
+    ForcedRelease,
+    LockHolder,
+    LockInfo,
     PendingActivity,
     PendingTimer,
+    RunLock,
     WorkflowDescription,
     WorkflowInfo,
     WorkflowRun,
@@ -67,8 +71,12 @@ __all__ = [
     "Event",
     "FailedPreconditionError",
     "Failure",
+    "ForcedRelease",
     "InternalError",
     "InvalidArgumentError",
+    "LockHolder",
+    "LockInfo",
+    "LockState",
     "Marker",
     "NonDeterminismError",
     "NonRetryableError",
@@ -79,6 +87,7 @@ __all__ = [
     "PermissionDeniedError",
     "ResourceExhaustedError",
     "RetryPolicy",
+    "RunLock",
     "Signal",
     "TimerState",
     "UnauthenticatedError",

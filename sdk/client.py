@@ -20,6 +20,8 @@ import structlog
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
+from sdk.api.weft.v1 import admin_pb2 as a
+from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
@@ -36,7 +38,7 @@ from sdk.errors import (
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
-from sdk.workflows import WorkflowDescription, WorkflowInfo, WorkflowRun
+from sdk.workflows import ForcedRelease, LockInfo, WorkflowDescription, WorkflowInfo, WorkflowRun
 
 log = structlog.get_logger("weft.client")
 
@@ -49,6 +51,8 @@ POLL_TIMEOUT = timedelta(seconds=90)
 # UNAVAILABLE: the server or its database is away; ABORTED: the request lost a
 # race with a concurrent update and nothing was written.
 _RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
+# Methods of AdminService; every other method is WorkflowService's.
+_ADMIN_METHODS = frozenset(a.DESCRIPTOR.services_by_name["AdminService"].methods_by_name)
 _OUTCOMES: dict[str, type[WorkflowOutcomeError]] = {
     "WorkflowFailed": WorkflowFailedError,
     "WorkflowTimedOut": WorkflowTimedOutError,
@@ -98,6 +102,7 @@ class AsyncClient:
         self.retry = retry
         self._channel: grpc.aio.Channel | None = None
         self._stub: sg.WorkflowServiceStub | None = None
+        self._admin: ag.AdminServiceStub | None = None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -107,7 +112,7 @@ class AsyncClient:
 
     async def close(self) -> None:
         if self._channel is not None:
-            channel, self._channel, self._stub = self._channel, None, None
+            channel, self._channel, self._stub, self._admin = self._channel, None, None, None
             await channel.close()
 
     # -- starting and steering workflows ----------------------------------------------
@@ -268,6 +273,31 @@ class AsyncClient:
         )
         return WorkflowDescription.from_proto(resp, self.converter)
 
+    async def list_locks(self, name: str = "") -> list[LockInfo]:
+        """The namespace's locks that have a holder or waiters (only `name` if given)."""
+        resp = await self.rpc(
+            "ListLocks", a.ListLocksRequest(namespace=self.namespace, lock_name=name)
+        )
+        return [LockInfo.from_proto(info) for info in resp.locks]
+
+    async def force_release_lock(self, name: str, *, reason: str = "") -> ForcedRelease:
+        """Take a lock from its holder (an operator's last resort): the holder's history
+        records a forced `LockReleased` with this client's identity and the reason, and
+        the next waiter gets the lock. NotFoundError if nobody holds it."""
+        resp = await self.rpc(
+            "ForceReleaseLock",
+            a.ForceReleaseLockRequest(
+                namespace=self.namespace, lock_name=name, identity=self.identity, reason=reason
+            ),
+        )
+        return ForcedRelease(
+            lock_name=name,
+            released_workflow_id=resp.released_workflow_id,
+            released_run_id=resp.released_run_id,
+            granted_workflow_id=resp.granted_workflow_id,
+            granted_run_id=resp.granted_run_id,
+        )
+
     async def history(self, workflow_id: str, *, run_id: str = "") -> list[Event]:
         """The run's whole history as it stands (the current run unless `run_id`)."""
         return [event async for event in self.iter_history(workflow_id, run_id=run_id)]
@@ -399,15 +429,17 @@ class AsyncClient:
         return req
 
     async def rpc(self, method: str, request: Message, *, timeout: timedelta | None = None) -> Any:
-        """Call `WorkflowService.<method>`, retrying `UNAVAILABLE` and `ABORTED` by the
-        retry policy.
+        """Call `WorkflowService.<method>` (or `AdminService.<method>`), retrying
+        `UNAVAILABLE` and `ABORTED` by the retry policy.
 
         The low-level door the workers and the CLI use; prefer the methods above.
         """
         delays = self.retry.delays()
         seconds = timeout.total_seconds() if timeout is not None else None
         while True:
-            call = getattr(self._service(), method)
+            call = getattr(
+                self._admin_service() if method in _ADMIN_METHODS else self._service(), method
+            )
             try:
                 return await call(request, timeout=seconds)
             except grpc.aio.AioRpcError as exc:
@@ -425,3 +457,10 @@ class AsyncClient:
             self._channel = grpc.aio.insecure_channel(self.address)
             self._stub = sg.WorkflowServiceStub(self._channel)
         return self._stub
+
+    def _admin_service(self) -> Any:
+        if self._admin is None:
+            self._service()  # opens the channel
+            assert self._channel is not None
+            self._admin = ag.AdminServiceStub(self._channel)
+        return self._admin

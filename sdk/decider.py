@@ -31,7 +31,7 @@ from sdk.client import duration
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.errors import WeftError
 from sdk.events import Event
-from sdk.history import ActivityState, Marker, RunView, Signal, TimerState, fold
+from sdk.history import ActivityState, LockState, Marker, RunView, Signal, TimerState, fold
 
 CLOSE_DECISIONS = frozenset({"CompleteWorkflow", "FailWorkflow", "CancelWorkflow", "ContinueAsNew"})
 
@@ -94,6 +94,10 @@ class Decision:
                     marker_name=a["marker_name"], details=converter.encode(a["details"])
                 )
             )
+        elif self.kind == "RequestLock":
+            msg.request_lock.lock_name = a["lock_name"]
+        elif self.kind == "ReleaseLock":
+            msg.release_lock.lock_name = a["lock_name"]
         elif self.kind == "CompleteWorkflow":
             msg.complete_workflow.result.CopyFrom(converter.encode(a["result"]))
         elif self.kind == "FailWorkflow":
@@ -168,6 +172,11 @@ class DecisionTask:
         return self.view.timers
 
     @property
+    def locks(self) -> dict[str, LockState]:
+        """Locks this run asked for, by name: requested, held, released or failed."""
+        return self.view.locks
+
+    @property
     def cancel_requested(self) -> bool:
         """Whether someone asked to cancel the workflow (`WorkflowCancelRequested`)."""
         return self.view.cancel_requested
@@ -232,6 +241,16 @@ class DecisionTask:
 
     def record_marker(self, name: str, details: Any = None) -> None:
         self._add("RecordMarker", marker_name=name, details=details)
+
+    def request_lock(self, name: str) -> None:
+        """Ask for a lock of the namespace. `LockAcquired` (a new decision task)
+        says when the run holds it; until then it waits in the queue, which is
+        served in request order. The run's close releases it."""
+        self._add("RequestLock", lock_name=name)
+
+    def release_lock(self, name: str) -> None:
+        """Give back a held lock, or withdraw a request still waiting."""
+        self._add("ReleaseLock", lock_name=name)
 
     def complete(self, result: Any = None) -> None:
         self._add("CompleteWorkflow", result=result)

@@ -19,6 +19,7 @@ ActivityStatus = Literal[
     "scheduled", "started", "succeeded", "failed", "timed_out", "canceled", "cancel_requested"
 ]
 TimerStatus = Literal["started", "fired", "canceled", "failed"]
+LockStatus = Literal["requested", "held", "released", "failed"]
 OPEN_ACTIVITY: frozenset[str] = frozenset({"scheduled", "started", "cancel_requested"})
 
 
@@ -68,6 +69,25 @@ class TimerState:
     failure: Failure | None = None
 
 
+@dataclass
+class LockState:
+    """A lock the run asked for: `requested` (queued), `held`, `released` (by the
+    decider, by the run's own withdrawal, or `forced` by an operator) or `failed`
+    (the request was refused: `failure.reason` is the cause)."""
+
+    lock_name: str
+    status: LockStatus = "requested"
+    requested_event_id: int = 0
+    acquired_event_id: int = 0
+    forced: bool = False
+    released_by: str = ""  # the operator's identity of a forced release
+    failure: Failure | None = None
+
+    @property
+    def held(self) -> bool:
+        return self.status == "held"
+
+
 @dataclass(frozen=True)
 class Signal:
     name: str
@@ -97,6 +117,7 @@ class RunView:
     timers: dict[str, TimerState] = field(default_factory=dict)
     signals: list[Signal] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
+    locks: dict[str, LockState] = field(default_factory=dict)
 
 
 def fold(events: Iterable[Event]) -> RunView:
@@ -221,6 +242,33 @@ def _marker(view: RunView, _: _Scheduled, e: Event) -> None:
     view.markers.append(Marker(e.get("marker_name", ""), e.get("details"), e.event_id))
 
 
+def _lock_requested(view: RunView, _: _Scheduled, e: Event) -> None:
+    name = e.get("lock_name", "")
+    view.locks[name] = LockState(name, "requested", requested_event_id=e.event_id)
+
+
+def _lock_acquired(view: RunView, _: _Scheduled, e: Event) -> None:
+    lock = view.locks.get(e.get("lock_name", ""))
+    if lock is not None:
+        lock.status, lock.acquired_event_id = "held", e.event_id
+
+
+def _lock_released(view: RunView, _: _Scheduled, e: Event) -> None:
+    lock = view.locks.get(e.get("lock_name", ""))
+    if lock is not None:
+        lock.status = "released"
+        lock.forced = bool(e.get("forced", False))
+        lock.released_by = e.get("identity", "")
+
+
+def _request_lock_failed(view: RunView, _: _Scheduled, e: Event) -> None:
+    name = e.get("lock_name", "")
+    lock = view.locks.get(name)
+    if lock is not None and lock.status in ("requested", "held"):
+        return  # refused as a duplicate of the request that stands
+    view.locks[name] = LockState(name, "failed", failure=Failure(e.get("cause", "")))
+
+
 _HANDLERS: dict[str, Any] = {
     "WorkflowStarted": _workflow_started,
     "WorkflowCancelRequested": _cancel_requested,
@@ -239,4 +287,8 @@ _HANDLERS: dict[str, Any] = {
     "TimerCanceled": _timer_closed("canceled"),
     "Signal": _signal,
     "Marker": _marker,
+    "LockRequested": _lock_requested,
+    "LockAcquired": _lock_acquired,
+    "LockReleased": _lock_released,
+    "RequestLockFailed": _request_lock_failed,
 }

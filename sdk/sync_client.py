@@ -19,7 +19,7 @@ from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.errors import WeftError
 from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
-from sdk.workflows import WorkflowDescription, WorkflowInfo, WorkflowRun
+from sdk.workflows import ForcedRelease, LockInfo, WorkflowDescription, WorkflowInfo, WorkflowRun
 
 T = TypeVar("T")
 
@@ -189,6 +189,12 @@ class Client:
 
     def history(self, workflow_id: str, *, run_id: str = "") -> list[Event]:
         return self.run(self.aio.history(workflow_id, run_id=run_id))
+
+    def list_locks(self, name: str = "") -> list[LockInfo]:
+        return self.run(self.aio.list_locks(name))
+
+    def force_release_lock(self, name: str, *, reason: str = "") -> ForcedRelease:
+        return self.run(self.aio.force_release_lock(name, reason=reason))
 
     def iter_history(
         self, workflow_id: str, *, run_id: str = "", follow: bool = False, page_size: int = 0

@@ -9,6 +9,7 @@ from typing import Any
 
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.converter import PayloadConverter
@@ -102,6 +103,74 @@ class PendingTimer:
 
 
 @dataclass(frozen=True)
+class RunLock:
+    """A lock a run holds or waits for (`state`: "held" or "waiting")."""
+
+    lock_name: str
+    state: str
+    requested_event_id: int
+    acquired_event_id: int
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class LockHolder:
+    """A run at a lock: its holder, or a waiter, since it got or asked for it."""
+
+    workflow_id: str
+    run_id: str
+    requested_event_id: int
+    since: datetime | None
+
+    def to_json(self) -> dict[str, Any]:
+        return {**self.__dict__, "since": rfc3339(self.since) if self.since else None}
+
+
+@dataclass(frozen=True)
+class LockInfo:
+    """A lock of the namespace: its holder and its waiters in request order."""
+
+    lock_name: str
+    holder: LockHolder | None
+    waiters: list[LockHolder] = field(default_factory=list)
+
+    @classmethod
+    def from_proto(cls, msg: a.LockInfo) -> LockInfo:
+        def one(h: a.LockHolder) -> LockHolder:
+            return LockHolder(h.workflow_id, h.run_id, h.requested_event_id, _time(h, "since"))
+
+        return cls(
+            lock_name=msg.lock_name,
+            holder=one(msg.holder) if msg.HasField("holder") else None,
+            waiters=[one(w) for w in msg.waiters],
+        )
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "lock_name": self.lock_name,
+            "holder": self.holder.to_json() if self.holder else None,
+            "waiters": [w.to_json() for w in self.waiters],
+        }
+
+
+@dataclass(frozen=True)
+class ForcedRelease:
+    """What an operator's force-release did: whom it took the lock from, and to
+    whom it went ("" when nobody waited)."""
+
+    lock_name: str
+    released_workflow_id: str
+    released_run_id: str
+    granted_workflow_id: str
+    granted_run_id: str
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class WorkflowDescription:
     """A run as it stands: its status, its decider, what it waits for."""
 
@@ -112,6 +181,7 @@ class WorkflowDescription:
     cancel_requested: bool
     pending_activities: list[PendingActivity] = field(default_factory=list)
     pending_timers: list[PendingTimer] = field(default_factory=list)
+    locks: list[RunLock] = field(default_factory=list)
 
     @property
     def status(self) -> str:
@@ -147,6 +217,10 @@ class WorkflowDescription:
                 PendingTimer(t.timer_id, t.started_event_id, _time(t, "fire_time"))
                 for t in msg.pending_timers
             ],
+            locks=[
+                RunLock(lk.lock_name, lk.state, lk.requested_event_id, lk.acquired_event_id)
+                for lk in msg.locks
+            ],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -158,6 +232,7 @@ class WorkflowDescription:
             "cancel_requested": self.cancel_requested,
             "pending_activities": [a.to_json() for a in self.pending_activities],
             "pending_timers": [t.to_json() for t in self.pending_timers],
+            "locks": [lk.to_json() for lk in self.locks],
         }
 
 

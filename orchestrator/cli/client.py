@@ -12,6 +12,6 @@ from sdk.sync_client import Client
 CLI_RETRY = RetryPolicy(give_up_after=timedelta(seconds=2))
 
 
-def connect(address: str, namespace: str) -> Client:
-    identity = f"weft-cli@{socket.gethostname()}"
+def connect(address: str, namespace: str, identity: str = "") -> Client:
+    identity = identity or f"weft-cli@{socket.gethostname()}"
     return Client(address, namespace=namespace, identity=identity, retry=CLI_RETRY)

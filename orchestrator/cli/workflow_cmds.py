@@ -153,7 +153,7 @@ def terminate(workflow_id: str, run_id: str, reason: str, address: str, namespac
 @json_option
 @reports_errors
 def describe(workflow_id: str, run_id: str, address: str, namespace: str, as_json: bool) -> None:
-    """Status, decider state, pending activities and timers of a workflow."""
+    """Status, decider state, pending activities, timers and locks of a workflow."""
     with connect(address, namespace) as client:
         found = client.describe(workflow_id, run_id=run_id)
     if as_json:
@@ -202,6 +202,9 @@ def _description(d: WorkflowDescription) -> str:
     if d.pending_timers:
         rows_t = [(t.timer_id, moment(t.fire_time)) for t in d.pending_timers]
         out += ["", "pending timers:", table(("TIMER", "FIRES AT"), rows_t)]
+    if d.locks:
+        rows_l = [(lk.lock_name, lk.state, str(lk.requested_event_id)) for lk in d.locks]
+        out += ["", "locks:", table(("LOCK", "STATE", "REQUESTED AT EVENT"), rows_l)]
     return "\n".join(out)
 
 

@@ -252,5 +252,19 @@ def test_none_payload_is_json_null_and_unset_continue_options() -> None:
 
 
 def test_unknown_decision_kind_is_refused() -> None:
-    with pytest.raises(WeftError, match="unknown decision 'RequestLock'"):
-        Decision("RequestLock", {"lock": "x"}).to_proto()
+    with pytest.raises(WeftError, match="unknown decision 'Teleport'"):
+        Decision("Teleport", {"to": "x"}).to_proto()
+
+
+def test_lock_decisions() -> None:
+    task = task_for(base().events)
+    task.request_lock("quota-ada")
+    task.release_lock("old")
+    assert task.decisions == [
+        Decision("RequestLock", {"lock_name": "quota-ada"}),
+        Decision("ReleaseLock", {"lock_name": "old"}),
+    ]
+    assert [dec.to_proto() for dec in task.decisions] == [
+        d.Decision(request_lock=d.RequestLockDecision(lock_name="quota-ada")),
+        d.Decision(release_lock=d.ReleaseLockDecision(lock_name="old")),
+    ]

@@ -308,3 +308,25 @@ def test_signals_markers_and_cancel_request() -> None:
     assert [m.name for m in task.markers()] == ["m", "other", "m"]
     assert task.cancel_requested is False
     assert task_for(b.cancel_requested("stop").decision_task().events).cancel_requested is True
+
+
+def test_locks_view_follows_request_grant_and_release() -> None:
+    b = base().decision_completed()
+    b.add("LockRequested", lock_name="a").add("LockRequested", lock_name="b")
+    b.add("LockRequested", lock_name="c").add("LockAcquired", lock_name="a")
+    b.add("RequestLockFailed", lock_name="a", cause="LOCK_ALREADY_HELD")  # a duplicate
+    b.add("RequestLockFailed", lock_name="z", cause="LOCK_NAME_INVALID")
+    b.add("LockReleased", lock_name="b", was_waiting=True)
+    b.add("LockAcquired", lock_name="c")
+    b.add("LockReleased", lock_name="c", forced=True, identity="ops@host")
+    locks = task_for(b.decision_task().events).locks
+    assert {n: lk.status for n, lk in locks.items()} == {
+        "a": "held",
+        "b": "released",
+        "c": "released",
+        "z": "failed",
+    }
+    assert locks["a"].held and locks["a"].requested_event_id == 5
+    assert (locks["c"].forced, locks["c"].released_by) == (True, "ops@host")
+    assert not locks["b"].forced
+    assert locks["z"].failure is not None and locks["z"].failure.reason == "LOCK_NAME_INVALID"
