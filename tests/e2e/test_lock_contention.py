@@ -5,6 +5,7 @@ goes round in the order the runs queued for it."""
 
 from __future__ import annotations
 
+import itertools
 from pathlib import Path
 
 import pytest
@@ -29,7 +30,8 @@ async def test_critical_sections_never_overlap_and_follow_the_queue(
 ) -> None:
     deciders, runs = unique("deciders"), unique("sections")
     for i in range(3):
-        spawn(workers, node, tmp_path, "decider", f"decider-{i}", "--task-list", deciders, LOCK_FLOW)
+        name_i = f"decider-{i}"
+        spawn(workers, node, tmp_path, "decider", name_i, "--task-list", deciders, LOCK_FLOW)
     spawn(
         workers, node, tmp_path, "runner", "runner", "--task-list", runs,
         "--concurrency", str(N + 2), LOCK_FLOW,
@@ -56,7 +58,7 @@ async def test_critical_sections_never_overlap_and_follow_the_queue(
 
         # No two sections overlap, by the runner's clock.
         spans = sorted((r["start"], r["end"], wid) for wid, r in results.items())
-        for (_, end, first), (start, _, second) in zip(spans, spans[1:], strict=False):
+        for (_, end, first), (start, _, second) in itertools.pairwise(spans):
             assert end <= start, f"{first} was still inside when {second} entered"
         # The lock went round in queue order, each grant naming the holder before.
         acquired = {}
@@ -66,6 +68,6 @@ async def test_critical_sections_never_overlap_and_follow_the_queue(
         by_time = sorted(ids, key=lambda wid: acquired[wid].timestamp)
         assert by_time == queue
         assert [s[2] for s in spans] == queue
-        for before, after in zip(queue, queue[1:], strict=False):
+        for before, after in itertools.pairwise(queue):
             assert acquired[after].get("previous_holder_workflow_id") == before
         assert await client.list_locks(name) == []
