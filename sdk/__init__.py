@@ -37,7 +37,7 @@ from sdk.errors import (
     WorkflowTimedOutError,
 )
 from sdk.events import Event
-from sdk.history import ActivityState, Failure, LockState, Marker, Signal, TimerState
+from sdk.history import ActivityState, ChildState, Failure, LockState, Marker, Signal, TimerState
 from sdk.retry import RetryPolicy
 from sdk.sync_client import Client
 from sdk.workflows import (
@@ -62,6 +62,7 @@ __all__ = [
     "ActivityWorker",
     "AlreadyExistsError",
     "AsyncClient",
+    "ChildState",
     "Client",
     "DeadlineExceededError",
     "Decider",

@@ -22,7 +22,7 @@ from collections.abc import Awaitable
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
-from typing import Any, ClassVar
+from typing import Any, ClassVar, Literal
 
 from sdk.activity import ActivityDefinition
 from sdk.api.weft.v1 import common_pb2 as c
@@ -31,8 +31,22 @@ from sdk.client import duration
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.errors import WeftError
 from sdk.events import Event
-from sdk.history import ActivityState, LockState, Marker, RunView, Signal, TimerState, fold
+from sdk.history import (
+    ActivityState,
+    ChildState,
+    LockState,
+    Marker,
+    RunView,
+    Signal,
+    TimerState,
+    fold,
+)
 
+_POLICIES = {
+    "terminate": d.PARENT_CLOSE_POLICY_TERMINATE,
+    "request_cancel": d.PARENT_CLOSE_POLICY_REQUEST_CANCEL,
+    "abandon": d.PARENT_CLOSE_POLICY_ABANDON,
+}
 CLOSE_DECISIONS = frozenset({"CompleteWorkflow", "FailWorkflow", "CancelWorkflow", "ContinueAsNew"})
 
 
@@ -98,6 +112,26 @@ class Decision:
             msg.request_lock.lock_name = a["lock_name"]
         elif self.kind == "ReleaseLock":
             msg.release_lock.lock_name = a["lock_name"]
+        elif self.kind == "StartChildWorkflow":
+            msg.start_child_workflow.CopyFrom(
+                d.StartChildWorkflowDecision(
+                    workflow_id=a["workflow_id"],
+                    workflow_type=c.WorkflowType(name=a["workflow_type"], version=a["version"]),
+                    task_list=a["task_list"],
+                    input=converter.encode(a["input"]),
+                    execution_timeout=duration(a["execution_timeout"]),
+                    decider_timeout=duration(a["decider_timeout"]),
+                    parent_close_policy=_POLICIES[a["parent_close_policy"]],
+                )
+            )
+        elif self.kind == "SignalExternalWorkflow":
+            msg.signal_external_workflow.CopyFrom(
+                d.SignalExternalWorkflowDecision(
+                    execution=c.WorkflowExecution(workflow_id=a["workflow_id"], run_id=a["run_id"]),
+                    signal_name=a["signal_name"],
+                    input=converter.encode(a["input"]),
+                )
+            )
         elif self.kind == "CompleteWorkflow":
             msg.complete_workflow.result.CopyFrom(converter.encode(a["result"]))
         elif self.kind == "FailWorkflow":
@@ -170,6 +204,11 @@ class DecisionTask:
     @property
     def timers(self) -> dict[str, TimerState]:
         return self.view.timers
+
+    @property
+    def children(self) -> dict[str, ChildState]:
+        """Child workflows this run started, by workflow id."""
+        return self.view.children
 
     @property
     def locks(self) -> dict[str, LockState]:
@@ -251,6 +290,47 @@ class DecisionTask:
     def release_lock(self, name: str) -> None:
         """Give back a held lock, or withdraw a request still waiting."""
         self._add("ReleaseLock", lock_name=name)
+
+    def start_child_workflow(
+        self,
+        workflow_id: str,
+        workflow_type: str,
+        input: Any = None,
+        *,
+        version: str = "",
+        task_list: str = "",
+        execution_timeout: timedelta | None = None,
+        decider_timeout: timedelta | None = None,
+        parent_close_policy: Literal["terminate", "request_cancel", "abandon"] = "terminate",
+    ) -> None:
+        """Start a child workflow: `ChildWorkflowStarted` now, and one of
+        `ChildWorkflowSuccess/Failed/TimedOut/Canceled/Terminated` (a new decision
+        task) when it ends. When this run closes first, the policy says what
+        happens to the child."""
+        self._add(
+            "StartChildWorkflow",
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            version=version,
+            input=input,
+            task_list=task_list,
+            execution_timeout=execution_timeout,
+            decider_timeout=decider_timeout,
+            parent_close_policy=parent_close_policy,
+        )
+
+    def signal_external_workflow(
+        self, workflow_id: str, name: str, input: Any = None, *, run_id: str = ""
+    ) -> None:
+        """Send a signal to another workflow's open run (`ExternalWorkflowSignaled`,
+        or `SignalExternalWorkflowFailed` when there is none)."""
+        self._add(
+            "SignalExternalWorkflow",
+            workflow_id=workflow_id,
+            run_id=run_id,
+            signal_name=name,
+            input=input,
+        )
 
     def complete(self, result: Any = None) -> None:
         self._add("CompleteWorkflow", result=result)

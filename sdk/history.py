@@ -20,6 +20,9 @@ ActivityStatus = Literal[
 ]
 TimerStatus = Literal["started", "fired", "canceled", "failed"]
 LockStatus = Literal["requested", "held", "released", "failed"]
+ChildStatus = Literal[
+    "started", "succeeded", "failed", "timed_out", "canceled", "terminated", "start_failed"
+]
 OPEN_ACTIVITY: frozenset[str] = frozenset({"scheduled", "started", "cancel_requested"})
 
 
@@ -88,6 +91,24 @@ class LockState:
         return self.status == "held"
 
 
+@dataclass
+class ChildState:
+    """A child workflow this run started: `started` while it runs, then how it
+    ended (`start_failed` when the start was refused: `failure.reason` is the cause)."""
+
+    workflow_id: str
+    workflow_type: str = ""
+    status: ChildStatus = "started"
+    run_id: str = ""  # its first run, then the run that closed
+    result: Any = None
+    failure: Failure | None = None
+    started_event_id: int = 0
+
+    @property
+    def is_open(self) -> bool:
+        return self.status == "started"
+
+
 @dataclass(frozen=True)
 class Signal:
     name: str
@@ -118,6 +139,7 @@ class RunView:
     signals: list[Signal] = field(default_factory=list)
     markers: list[Marker] = field(default_factory=list)
     locks: dict[str, LockState] = field(default_factory=dict)
+    children: dict[str, ChildState] = field(default_factory=dict)
 
 
 def fold(events: Iterable[Event]) -> RunView:
@@ -269,6 +291,50 @@ def _request_lock_failed(view: RunView, _: _Scheduled, e: Event) -> None:
     view.locks[name] = LockState(name, "failed", failure=Failure(e.get("cause", "")))
 
 
+def _child_started(view: RunView, _: _Scheduled, e: Event) -> None:
+    wid = e.get("workflow_id", "")
+    view.children[wid] = ChildState(
+        wid,
+        e.get("workflow_type", {}).get("name", ""),
+        "started",
+        run_id=e.get("run_id", ""),
+        started_event_id=e.event_id,
+    )
+
+
+def _child_start_failed(view: RunView, _: _Scheduled, e: Event) -> None:
+    wid = e.get("workflow_id", "")
+    child = view.children.get(wid)
+    if child is not None and child.is_open:
+        return  # refused as a duplicate of the child that runs
+    view.children[wid] = ChildState(
+        wid,
+        e.get("workflow_type", {}).get("name", ""),
+        "start_failed",
+        failure=Failure(e.get("cause", "")),
+    )
+
+
+def _child_closed(status: ChildStatus) -> Any:
+    def handle(view: RunView, _: _Scheduled, e: Event) -> None:
+        child = view.children.get(e.get("workflow_id", ""))
+        if child is None:
+            return
+        child.status, child.run_id = status, e.get("run_id", child.run_id)
+        if status == "succeeded":
+            child.result = e.get("result")
+        elif status == "failed":
+            child.failure = Failure(e.get("reason", ""), e.get("details"))
+        elif status == "timed_out":
+            child.failure = Failure("TimedOut")
+        elif status == "canceled":
+            child.failure = Failure("Canceled", e.get("details"))
+        elif status == "terminated":
+            child.failure = Failure("Terminated", e.get("reason"))
+
+    return handle
+
+
 _HANDLERS: dict[str, Any] = {
     "WorkflowStarted": _workflow_started,
     "WorkflowCancelRequested": _cancel_requested,
@@ -291,4 +357,11 @@ _HANDLERS: dict[str, Any] = {
     "LockAcquired": _lock_acquired,
     "LockReleased": _lock_released,
     "RequestLockFailed": _request_lock_failed,
+    "ChildWorkflowStarted": _child_started,
+    "StartChildWorkflowFailed": _child_start_failed,
+    "ChildWorkflowSuccess": _child_closed("succeeded"),
+    "ChildWorkflowFailed": _child_closed("failed"),
+    "ChildWorkflowTimedOut": _child_closed("timed_out"),
+    "ChildWorkflowCanceled": _child_closed("canceled"),
+    "ChildWorkflowTerminated": _child_closed("terminated"),
 }

@@ -71,6 +71,10 @@ def execution_info(row: RunRow, version: str = "") -> c.WorkflowExecutionInfo:
     return info
 
 
+# The version a step definition has when it names none (STEPS.md).
+DEFAULT_VERSION = "1"
+
+
 class ServiceBase:
     def __init__(
         self,
@@ -88,6 +92,22 @@ class ServiceBase:
         self.draining = False
         # (task list, identity) -> when this node last recorded that poller.
         self._poller_seen: dict[tuple[TaskListKey, str], float] = {}
+
+    async def _registered_type(
+        self, ns: str, name: str, version: str
+    ) -> tuple[str, dict[str, Any]]:
+        """(version, registered defaults) of the type a start names.
+
+        An empty version is the type registered without one; failing that, the
+        one registered as version "1", the version a step definition has when it
+        names none, so `weft start NAME` reaches a registered definition.
+        """
+        candidates = [(name, version)] if version else [(name, ""), (name, DEFAULT_VERSION)]
+        found = await self._store.registered_types("workflow", ns, candidates)
+        for key in candidates:
+            if key in found:
+                return key[1], found[key]
+        return version, {}
 
     async def _history_page(
         self, run_id: str, first_id: int, last_id: int, size: int, wait_new: bool

@@ -30,28 +30,10 @@ __all__ = ["ServiceSettings", "WorkflowService"]
 
 log = structlog.get_logger("weft.api")
 R = TypeVar("R")
-# The version a step definition has when it names none (STEPS.md).
-DEFAULT_VERSION = "1"
 
 
 class WorkflowService(TaskService, sg.WorkflowServiceServicer):
     # -- starting and talking to workflows --------------------------------------
-
-    async def _registered_type(
-        self, ns: str, name: str, version: str
-    ) -> tuple[str, dict[str, Any]]:
-        """(version, registered defaults) of the type a start names.
-
-        An empty version is the type registered without one; failing that, the
-        one registered as version "1", the version a step definition has when it
-        names none, so `weft start NAME` reaches a registered definition.
-        """
-        candidates = [(name, version)] if version else [(name, ""), (name, DEFAULT_VERSION)]
-        found = await self._store.registered_types("workflow", ns, candidates)
-        for key in candidates:
-            if key in found:
-                return key[1], found[key]
-        return version, {}
 
     async def _start_command(self, req: s.StartWorkflowRequest, ns: str) -> StartCommand:
         validate.name("workflow_id", req.workflow_id, self._settings.limits.id_length)

@@ -13,6 +13,7 @@ import structlog
 
 from orchestrator.dispatch.wakeups import wait_ticket
 from orchestrator.engine import activity as activities
+from orchestrator.engine.children import ChildType
 from orchestrator.engine.decisions import (
     ActivityDefaults,
     DecisionContext,
@@ -21,7 +22,7 @@ from orchestrator.engine.decisions import (
     start_decision_task,
 )
 from orchestrator.engine.derived import ACTIVITY, DECISION
-from orchestrator.engine.errors import InvalidArgument
+from orchestrator.engine.errors import InvalidArgument, NotFound
 from orchestrator.engine.state import ActivityState, RunKey, RunState
 from orchestrator.engine.tokens import TaskToken
 from orchestrator.engine.transition import Transition
@@ -164,6 +165,7 @@ class TaskService(ServiceBase):
             },
             new_run_id=str(uuid.uuid4()),
             new_run_definition=await self._successor_definition(run, req.decisions),
+            **await self._family_context(namespace, req.decisions),
         )
         await self._answer(
             req,
@@ -171,6 +173,51 @@ class TaskService(ServiceBase):
             lambda t, token: complete_decision_task(t, token, req.decisions, req.identity, context),
         )
         return s.RespondDecisionTaskCompletedResponse()
+
+    async def _family_context(self, ns: str, decisions: Sequence[Decision]) -> dict[str, Any]:
+        """What StartChildWorkflow and SignalExternalWorkflow decisions need to know of
+        other runs, read before the answer's transaction. A run that opens or closes
+        in between makes the store's write conflict (the child's unique open id, a
+        closed signal target): the answer is ABORTED and, retried, decided afresh."""
+        starts = [x.start_child_workflow for x in decisions if x.HasField("start_child_workflow")]
+        signals = [
+            x.signal_external_workflow for x in decisions if x.HasField("signal_external_workflow")
+        ]
+        if not starts and not signals:
+            return {}
+        child_types: dict[tuple[str, str], ChildType] = {}
+        open_workflows: set[str] = set()
+        for child in starts:
+            wtype = child.workflow_type
+            version, reg = await self._registered_type(ns, wtype.name, wtype.version)
+            child_types[(wtype.name, wtype.version)] = ChildType(
+                version=version,
+                task_list=reg.get("default_task_list") or "",
+                execution_timeout=reg.get("default_execution_timeout"),
+                decider_timeout=reg.get("default_decider_timeout"),
+                definition=reg.get("definition") or "",
+            )
+            if await self._open_run(ns, child.workflow_id) is not None:
+                open_workflows.add(child.workflow_id)
+        targets: dict[tuple[str, str], str | None] = {}
+        for sig in signals:
+            wid, run_id = sig.execution.workflow_id, sig.execution.run_id
+            targets[(wid, run_id)] = await self._open_run(ns, wid, run_id)
+        return {
+            "child_types": child_types,
+            "child_run_ids": {child.workflow_id: str(uuid.uuid4()) for child in starts},
+            "open_workflows": frozenset(open_workflows),
+            "signal_targets": targets,
+        }
+
+    async def _open_run(self, ns: str, workflow_id: str, run_id: str = "") -> str | None:
+        """The run a signal reaches: the named run, or else the workflow's open
+        run; None when that run is not open (or there is none)."""
+        try:
+            row = await self._store.find_run(ns, workflow_id, run_id)
+        except NotFound:
+            return None
+        return row.key.run_id if row.status == "open" else None
 
     async def _successor_definition(self, run: RunKey, decisions: Sequence[Decision]) -> str:
         """The registered definition of the type a ContinueAsNew decision starts

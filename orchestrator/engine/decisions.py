@@ -12,7 +12,7 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
-from . import locks
+from . import children, locks
 from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .limits import Defaults, Limits
 from .start import StartCommand, start_workflow
@@ -30,6 +30,8 @@ _FAILED = frozenset(
         "MarkerFailed",
         "RequestLockFailed",
         "ReleaseLockFailed",
+        "StartChildWorkflowFailed",
+        "SignalExternalWorkflowFailed",
     }
 )
 CLOSE_DECISIONS: Mapping[str, str] = {
@@ -62,6 +64,15 @@ class DecisionContext:
     new_run_definition: str = ""
     """The registered definition of the type a ContinueAsNew decision continues as
     (read by the caller), snapshotted into the new run like a start's."""
+    child_types: Mapping[tuple[str, str], children.ChildType] = field(default_factory=dict)
+    """Registrations of the types StartChildWorkflow decisions name."""
+    child_run_ids: Mapping[str, str] = field(default_factory=dict)
+    """A new run id for each workflow id a StartChildWorkflow decision names."""
+    open_workflows: frozenset[str] = frozenset()
+    """Which of those workflow ids have an open run already."""
+    signal_targets: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
+    """(workflow id, run id) of each SignalExternalWorkflow -> the open run it
+    reaches, or None when there is none."""
 
 
 def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> h.HistoryEvent:
@@ -131,6 +142,18 @@ def validate_decisions(decisions: Sequence[d.Decision], limits: Limits) -> None:
             raise InvalidArgument(f"{where}: activity_type.name is required")
         if kind == "start_timer" and not dec.start_timer.HasField("start_to_fire_timeout"):
             raise InvalidArgument(f"{where}: start_to_fire_timeout is required")
+        if kind == "start_child_workflow":
+            child = dec.start_child_workflow
+            _check_id(where, "workflow_id", child.workflow_id, limits)
+            if not child.workflow_type.name:
+                raise InvalidArgument(f"{where}: workflow_type.name is required")
+            if child.parent_close_policy not in children.POLICIES:
+                raise InvalidArgument(f"{where}: unknown parent_close_policy")
+        if kind == "signal_external_workflow":
+            sig = dec.signal_external_workflow
+            _check_id(where, "execution.workflow_id", sig.execution.workflow_id, limits)
+            if not sig.signal_name:
+                raise InvalidArgument(f"{where}: signal_name is required")
         if kind in ("request_lock", "release_lock"):
             lock_name = getattr(attrs, "lock_name")  # noqa: B009
             if not lock_name:
@@ -139,6 +162,13 @@ def validate_decisions(decisions: Sequence[d.Decision], limits: Limits) -> None:
                 raise InvalidArgument(
                     f"{where}: lock_name is longer than {locks.MAX_LOCK_NAME} characters"
                 )
+
+
+def _check_id(where: str, name: str, value: str, limits: Limits) -> None:
+    if not value:
+        raise InvalidArgument(f"{where}: {name} is required")
+    if len(value) > limits.id_length:
+        raise InvalidArgument(f"{where}: {name} is longer than {limits.id_length} characters")
 
 
 def _check_limits(state: RunState, decisions: Sequence[d.Decision], limits: Limits) -> None:
@@ -319,6 +349,8 @@ _APPLY: dict[str, Callable[[Transition, Any, int, DecisionContext], None]] = {
     "record_marker": _record_marker,
     "request_lock": locks.request_lock,
     "release_lock": locks.release_lock,
+    "start_child_workflow": children.start_child,
+    "signal_external_workflow": children.signal_external,
 }
 
 
@@ -377,6 +409,10 @@ def _continue_as_new(
         decider_timeout=decider,
         continued_from_run_id=s.run_id,
         definition=ctx.new_run_definition,
+        # A child that continues as new stays its parent's child.
+        parent_workflow_id=s.parent_workflow_id,
+        parent_run_id=s.parent_run_id,
+        parent_started_id=s.parent_started_id,
     )
     t.emit(
         h.WorkflowContinuedAsNewAttributes(

@@ -14,7 +14,15 @@ from google.protobuf.message import Message
 
 from sdk.api.weft.v1 import history_pb2 as h
 
-from .state import CLOSED_STATUSES, ActivityState, LockState, RunKey, RunState, TimerState
+from .state import (
+    CLOSED_STATUSES,
+    ActivityState,
+    ChildState,
+    LockState,
+    RunKey,
+    RunState,
+    TimerState,
+)
 
 _ONEOF = h.HistoryEvent.DESCRIPTOR.oneofs_by_name["attributes"]
 
@@ -52,6 +60,22 @@ TRIGGERS: frozenset[str] = frozenset(
         "LockAcquired",
         "RequestLockFailed",
         "ReleaseLockFailed",
+        "StartChildWorkflowFailed",
+        "ChildWorkflowSuccess",
+        "ChildWorkflowFailed",
+        "ChildWorkflowTimedOut",
+        "ChildWorkflowCanceled",
+        "ChildWorkflowTerminated",
+        "SignalExternalWorkflowFailed",
+    }
+)
+CHILD_CLOSES: frozenset[str] = frozenset(
+    {
+        "ChildWorkflowSuccess",
+        "ChildWorkflowFailed",
+        "ChildWorkflowTimedOut",
+        "ChildWorkflowCanceled",
+        "ChildWorkflowTerminated",
     }
 )
 
@@ -117,6 +141,8 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         state.execution_timeout = _seconds(a.execution_timeout)
         state.decider_timeout = _seconds(a.decider_timeout)
         state.continued_from_run_id = a.continued_from_run_id
+        state.parent_workflow_id, state.parent_run_id = a.parent_workflow_id, a.parent_run_id
+        state.parent_started_id = a.parent_started_event_id
     elif t == "DeciderScheduled":
         d.scheduled_id = event.event_id
     elif t == "DeciderStarted":
@@ -185,6 +211,16 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         lock.acquired_id, lock.acquired_at = event.event_id, at
     elif t == "LockReleased":
         del state.locks[event.lock_released.lock_name]
+    elif t == "ChildWorkflowStarted":
+        cs = event.child_workflow_started
+        state.children[cs.workflow_id] = ChildState(
+            workflow_id=cs.workflow_id,
+            run_id=cs.run_id,
+            started_id=event.event_id,
+            parent_close_policy=cs.parent_close_policy,
+        )
+    elif t in CHILD_CLOSES:
+        state.children.pop(getattr(attributes_of(event), "workflow_id"), None)  # noqa: B009
     elif t == "WorkflowCancelRequested":
         state.cancel_requested = True
     elif t in CLOSE_EVENTS:
@@ -196,5 +232,6 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         state.activities.clear()
         state.timers.clear()
         state.locks.clear()  # the close releases them (the store grants them on)
+        state.children.clear()  # the store applies each one's parent close policy
         if t == "WorkflowContinuedAsNew":
             state.continued_as_new_run_id = event.workflow_continued_as_new.new_run_id

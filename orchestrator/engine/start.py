@@ -22,6 +22,9 @@ class StartCommand:
     continued_from_run_id: str = ""
     definition: str = ""
     """The type's registered definition, snapshotted into the run (read by the caller)."""
+    parent_workflow_id: str = ""
+    parent_run_id: str = ""
+    parent_started_id: int = 0
 
 
 def start_workflow(t: Transition, cmd: StartCommand) -> None:
@@ -33,6 +36,9 @@ def start_workflow(t: Transition, cmd: StartCommand) -> None:
         identity=cmd.identity,
         continued_from_run_id=cmd.continued_from_run_id,
         definition=cmd.definition,
+        parent_workflow_id=cmd.parent_workflow_id,
+        parent_run_id=cmd.parent_run_id,
+        parent_started_event_id=cmd.parent_started_id,
     )
     if cmd.input is not None:
         attrs.input.CopyFrom(cmd.input)

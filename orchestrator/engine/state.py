@@ -79,6 +79,19 @@ class LockState:
 
 
 @dataclass
+class ChildState:
+    """An open child workflow this run started."""
+
+    workflow_id: str
+    run_id: str
+    """Its first run (a child that continues as new keeps its workflow id)."""
+    started_id: int
+    """This run's ChildWorkflowStarted."""
+    parent_close_policy: str
+    """"terminate", "request_cancel" or "abandon"."""
+
+
+@dataclass
 class RunState:
     namespace: str
     workflow_id: str
@@ -101,6 +114,11 @@ class RunState:
     timers: dict[str, TimerState] = field(default_factory=dict)
     locks: dict[str, LockState] = field(default_factory=dict)
     """Held and awaited locks by name (the service's lock rows derive from them)."""
+    children: dict[str, ChildState] = field(default_factory=dict)
+    """Open child workflows by workflow id."""
+    parent_workflow_id: str = ""
+    parent_run_id: str = ""
+    parent_started_id: int = 0
 
     @classmethod
     def blank(cls, key: RunKey) -> RunState:
@@ -131,6 +149,7 @@ class RunState:
         raw["timers"] = {k: TimerState(**v) for k, v in raw["timers"].items()}
         # Runs stored before locks existed have none.
         raw["locks"] = {k: LockState(**v) for k, v in raw.get("locks", {}).items()}
+        raw["children"] = {k: ChildState(**v) for k, v in raw.get("children", {}).items()}
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
 

@@ -8,9 +8,11 @@ from datetime import datetime
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
+from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
 from .events import TRIGGERS, evolve, make_event
+from .limits import Limits
 from .state import RunState
 
 
@@ -20,13 +22,27 @@ def duration(seconds: float) -> Duration:
     return d
 
 
+@dataclass(frozen=True)
+class OutboundSignal:
+    """A signal this transition sends to another run: the store appends it to
+    that run in the same transaction."""
+
+    run_id: str
+    signal_name: str
+    input: c.Payload | None
+    identity: str
+    limits: Limits
+    """The receiving run's limits (on signals and events) still apply."""
+
+
 @dataclass
 class Transition:
     state: RunState
     now: datetime
     events: list[h.HistoryEvent] = field(default_factory=list)
     new_runs: list[Transition] = field(default_factory=list)
-    """Runs this command opens besides its own (continue-as-new)."""
+    """Runs this command opens besides its own (continue-as-new, children)."""
+    outbox: list[OutboundSignal] = field(default_factory=list)
     state_changed: bool = False
     """True when the state changed without an event (a heartbeat)."""
     _wake_decider: bool = False

@@ -10,6 +10,7 @@ Only this package imports SQLAlchemy; database errors become domain errors here.
 from __future__ import annotations
 
 import asyncio
+import functools
 from collections import Counter
 from collections.abc import Callable
 from typing import Any, TypeVar, overload
@@ -18,11 +19,13 @@ from sqlalchemy import bindparam, delete, insert, select, text, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.engine import derived
+from orchestrator.engine import children as family
+from orchestrator.engine import derived, external
 from orchestrator.engine import locks as lock_rules
-from orchestrator.engine.errors import AlreadyExists, NotFound
-from orchestrator.engine.state import RunKey, RunState
-from orchestrator.engine.transition import Transition
+from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound
+from orchestrator.engine.events import CLOSE_EVENTS
+from orchestrator.engine.state import ChildState, RunKey, RunState
+from orchestrator.engine.transition import OutboundSignal, Transition
 
 from . import dialect, migrate
 from .reads import StoreBase
@@ -92,7 +95,16 @@ _NEXT_WAITER = (
 # lock on its name (PostgreSQL; SQLite has one writer at a time anyway), so two
 # runs asking for a free lock at once cannot both see it free, and the queue
 # order is the order in which the requests committed.
+_OPEN_RUN = select(runs.c.run_id).where(
+    runs.c.namespace == bindparam("namespace"),
+    runs.c.workflow_id == bindparam("workflow_id"),
+    runs.c.status == "open",
+)
 _LOCK_NAME_XACT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+def _receive(out: OutboundSignal, t: Transition) -> None:
+    external.signal(t, out.signal_name, out.input, out.identity, out.limits)
 
 
 class _Taken:
@@ -340,12 +352,16 @@ class Store(StoreBase):
         before_tasks = derived.tasks(state)
         before_deadlines = derived.deadlines(state)
         before_locks = derived.lock_claims(state)
+        was_open, before_children = state.is_open, list(state.children.values())
         t = Transition(state, utcnow())
         result = fn(t)
         t.finish()
         if t.events or t.state_changed or is_new:
             await self._persist(conn, t, before_tasks, before_deadlines, is_new, committed)
             await self._sync_locks(conn, t.state, before_locks, committed)
+            await self._deliver(conn, t, committed)
+            if was_open and not t.state.is_open:
+                await self._closed(conn, t, before_children, committed)
         return result
 
     async def _persist(
@@ -542,3 +558,44 @@ class Store(StoreBase):
             c,
             is_new=False,
         )
+
+    async def _deliver(self, conn: AsyncConnection, t: Transition, c: Committed) -> None:
+        """Append this transition's signals to the runs they go to."""
+        for out in t.outbox:
+            target = await self._lock_run(conn, out.run_id)
+            if not target.is_open:
+                # It closed after the decision was read: the decider answers again
+                # (ABORTED is retried) and this time learns the signal failed.
+                raise Aborted(f"run {out.run_id} closed before the signal reached it")
+            await self._apply(conn, target, functools.partial(_receive, out), c, is_new=False)
+
+    async def _closed(
+        self,
+        conn: AsyncConnection,
+        t: Transition,
+        before_children: list[ChildState],
+        c: Committed,
+    ) -> None:
+        """A run closed: tell its parent, and apply its children's close policies."""
+        s = t.state
+        close = next(e for e in reversed(t.events) if e.type in CLOSE_EVENTS)
+        if s.parent_run_id and close.type != "WorkflowContinuedAsNew":
+            # (A child that continued as new goes on as the same child.)
+            try:
+                parent = await self._lock_run(conn, s.parent_run_id)
+            except NotFound:
+                parent = None  # purged by retention: nobody to tell
+            if parent is not None:
+                await self._apply(
+                    conn, parent, lambda tt: family.report_child_close(tt, s, close), c, False
+                )
+        for link in before_children:
+            if link.parent_close_policy == "abandon":
+                continue
+            where = {"namespace": s.namespace, "workflow_id": link.workflow_id}
+            child_run = await conn.scalar(_OPEN_RUN, where)
+            if child_run is None:
+                continue
+            child = await self._lock_run(conn, child_run)
+            policy = functools.partial(family.apply_parent_close, parent=s, link=link)
+            await self._apply(conn, child, policy, c, is_new=False)

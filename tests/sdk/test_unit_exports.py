@@ -18,6 +18,7 @@ EXPECTED_ALL = [
     "ActivityWorker",
     "AlreadyExistsError",
     "AsyncClient",
+    "ChildState",
     "Client",
     "DeadlineExceededError",
     "Decider",

@@ -166,8 +166,33 @@ async def test_lock_state_and_rows_are_the_fold_of_history(
     await signal(last, "wake")
     await last.decide(await last.poll_decision(), lock("release", name))
 
+    # Children: one open, one finished and reported, one taken by its parent's close.
+    parent = Driver(stub)
+    await parent.start()
+    kids = [unique("kid") for _ in range(3)]
+    await parent.decide(
+        await parent.poll_decision(),
+        *(
+            d.Decision(
+                start_child_workflow=d.StartChildWorkflowDecision(
+                    workflow_id=kid, workflow_type=c.WorkflowType(name="kid"), task_list=kid
+                )
+            )
+            for kid in kids
+        ),
+    )
+    finished = Driver(stub)
+    finished.workflow_id, finished.task_list = kids[0], kids[0]
+    await finished.decide(await finished.poll_decision(), d.Decision(complete_workflow={}))
     statuses = check_all_runs(db)
-    assert sorted(statuses.values()) == ["open", "open", "open", "terminated"]
+    assert sorted(statuses.values()).count("open") == 3 + 1 + 2
+    assert set(load(db, parent.run_id).children) == set(kids[1:])
+    await stub.TerminateWorkflow(
+        s.TerminateWorkflowRequest(execution=c.WorkflowExecution(workflow_id=parent.workflow_id))
+    )
+
+    statuses = check_all_runs(db)
+    assert sorted(statuses.values()) == ["completed"] + ["open"] * 3 + ["terminated"] * 4
     assert set(load(db, holder.run_id).locks) == {name}
 
 

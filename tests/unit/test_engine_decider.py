@@ -603,10 +603,11 @@ def test_triggers_match_the_contract() -> None:
         "ChildWorkflowCanceled",
         "ChildWorkflowTerminated",
         "StartChildWorkflowFailed",
-        # Not in CONTRACT.md's table: the lock decisions' refusals, triggers like
-        # every other refused decision's ...Failed event.
+        # Not in CONTRACT.md's table: the refusals of the lock and external-signal
+        # decisions, triggers like every other refused decision's ...Failed event.
         "RequestLockFailed",
         "ReleaseLockFailed",
+        "SignalExternalWorkflowFailed",
     }
     assert contract_triggers & EVENT_TYPES == TRIGGERS
     assert "Marker" not in TRIGGERS

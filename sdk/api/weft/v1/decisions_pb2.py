@@ -26,35 +26,41 @@ from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb
 from sdk.api.weft.v1 import common_pb2 as weft_dot_v1_dot_common__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17weft/v1/decisions.proto\x12\x07weft.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14weft/v1/common.proto\"\xa0\x05\n\x08\x44\x65\x63ision\x12>\n\x11schedule_activity\x18\x01 \x01(\x0b\x32!.weft.v1.ScheduleActivityDecisionH\x00\x12I\n\x17request_cancel_activity\x18\x02 \x01(\x0b\x32&.weft.v1.RequestCancelActivityDecisionH\x00\x12\x32\n\x0bstart_timer\x18\x03 \x01(\x0b\x32\x1b.weft.v1.StartTimerDecisionH\x00\x12\x34\n\x0c\x63\x61ncel_timer\x18\x04 \x01(\x0b\x32\x1c.weft.v1.CancelTimerDecisionH\x00\x12\x36\n\rrecord_marker\x18\x05 \x01(\x0b\x32\x1d.weft.v1.RecordMarkerDecisionH\x00\x12>\n\x11\x63omplete_workflow\x18\x06 \x01(\x0b\x32!.weft.v1.CompleteWorkflowDecisionH\x00\x12\x36\n\rfail_workflow\x18\x07 \x01(\x0b\x32\x1d.weft.v1.FailWorkflowDecisionH\x00\x12:\n\x0f\x63\x61ncel_workflow\x18\x08 \x01(\x0b\x32\x1f.weft.v1.CancelWorkflowDecisionH\x00\x12\x39\n\x0f\x63ontinue_as_new\x18\t \x01(\x0b\x32\x1e.weft.v1.ContinueAsNewDecisionH\x00\x12\x34\n\x0crequest_lock\x18\n \x01(\x0b\x32\x1c.weft.v1.RequestLockDecisionH\x00\x12\x34\n\x0crelease_lock\x18\x0b \x01(\x0b\x32\x1c.weft.v1.ReleaseLockDecisionH\x00\x42\x0c\n\nattributes\"\xfe\x02\n\x18ScheduleActivityDecision\x12\x13\n\x0b\x61\x63tivity_id\x18\x01 \x01(\t\x12,\n\ractivity_type\x18\x02 \x01(\x0b\x32\x15.weft.v1.ActivityType\x12\x1f\n\x05input\x18\x03 \x01(\x0b\x32\x10.weft.v1.Payload\x12\x11\n\ttask_list\x18\x04 \x01(\t\x12<\n\x19schedule_to_start_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x39\n\x16start_to_close_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\"4\n\x1dRequestCancelActivityDecision\x12\x13\n\x0b\x61\x63tivity_id\x18\x01 \x01(\t\"`\n\x12StartTimerDecision\x12\x10\n\x08timer_id\x18\x01 \x01(\t\x12\x38\n\x15start_to_fire_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\'\n\x13\x43\x61ncelTimerDecision\x12\x10\n\x08timer_id\x18\x01 \x01(\t\"N\n\x14RecordMarkerDecision\x12\x13\n\x0bmarker_name\x18\x01 \x01(\t\x12!\n\x07\x64\x65tails\x18\x02 \x01(\x0b\x32\x10.weft.v1.Payload\"<\n\x18\x43ompleteWorkflowDecision\x12 \n\x06result\x18\x01 \x01(\x0b\x32\x10.weft.v1.Payload\"I\n\x14\x46\x61ilWorkflowDecision\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12!\n\x07\x64\x65tails\x18\x02 \x01(\x0b\x32\x10.weft.v1.Payload\";\n\x16\x43\x61ncelWorkflowDecision\x12!\n\x07\x64\x65tails\x18\x01 \x01(\x0b\x32\x10.weft.v1.Payload\"\xe3\x01\n\x15\x43ontinueAsNewDecision\x12\x1f\n\x05input\x18\x01 \x01(\x0b\x32\x10.weft.v1.Payload\x12,\n\rworkflow_type\x18\x02 \x01(\x0b\x32\x15.weft.v1.WorkflowType\x12\x11\n\ttask_list\x18\x03 \x01(\t\x12\x34\n\x11\x65xecution_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0f\x64\x65\x63ider_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"(\n\x13RequestLockDecision\x12\x11\n\tlock_name\x18\x01 \x01(\t\"(\n\x13ReleaseLockDecision\x12\x11\n\tlock_name\x18\x01 \x01(\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x17weft/v1/decisions.proto\x12\x07weft.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x14weft/v1/common.proto\"\xb2\x06\n\x08\x44\x65\x63ision\x12>\n\x11schedule_activity\x18\x01 \x01(\x0b\x32!.weft.v1.ScheduleActivityDecisionH\x00\x12I\n\x17request_cancel_activity\x18\x02 \x01(\x0b\x32&.weft.v1.RequestCancelActivityDecisionH\x00\x12\x32\n\x0bstart_timer\x18\x03 \x01(\x0b\x32\x1b.weft.v1.StartTimerDecisionH\x00\x12\x34\n\x0c\x63\x61ncel_timer\x18\x04 \x01(\x0b\x32\x1c.weft.v1.CancelTimerDecisionH\x00\x12\x36\n\rrecord_marker\x18\x05 \x01(\x0b\x32\x1d.weft.v1.RecordMarkerDecisionH\x00\x12>\n\x11\x63omplete_workflow\x18\x06 \x01(\x0b\x32!.weft.v1.CompleteWorkflowDecisionH\x00\x12\x36\n\rfail_workflow\x18\x07 \x01(\x0b\x32\x1d.weft.v1.FailWorkflowDecisionH\x00\x12:\n\x0f\x63\x61ncel_workflow\x18\x08 \x01(\x0b\x32\x1f.weft.v1.CancelWorkflowDecisionH\x00\x12\x39\n\x0f\x63ontinue_as_new\x18\t \x01(\x0b\x32\x1e.weft.v1.ContinueAsNewDecisionH\x00\x12\x34\n\x0crequest_lock\x18\n \x01(\x0b\x32\x1c.weft.v1.RequestLockDecisionH\x00\x12\x34\n\x0crelease_lock\x18\x0b \x01(\x0b\x32\x1c.weft.v1.ReleaseLockDecisionH\x00\x12\x43\n\x14start_child_workflow\x18\x0c \x01(\x0b\x32#.weft.v1.StartChildWorkflowDecisionH\x00\x12K\n\x18signal_external_workflow\x18\r \x01(\x0b\x32\'.weft.v1.SignalExternalWorkflowDecisionH\x00\x42\x0c\n\nattributes\"\xfe\x02\n\x18ScheduleActivityDecision\x12\x13\n\x0b\x61\x63tivity_id\x18\x01 \x01(\t\x12,\n\ractivity_type\x18\x02 \x01(\x0b\x32\x15.weft.v1.ActivityType\x12\x1f\n\x05input\x18\x03 \x01(\x0b\x32\x10.weft.v1.Payload\x12\x11\n\ttask_list\x18\x04 \x01(\t\x12<\n\x19schedule_to_start_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x39\n\x16start_to_close_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12<\n\x19schedule_to_close_timeout\x18\x07 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x34\n\x11heartbeat_timeout\x18\x08 \x01(\x0b\x32\x19.google.protobuf.Duration\"4\n\x1dRequestCancelActivityDecision\x12\x13\n\x0b\x61\x63tivity_id\x18\x01 \x01(\t\"`\n\x12StartTimerDecision\x12\x10\n\x08timer_id\x18\x01 \x01(\t\x12\x38\n\x15start_to_fire_timeout\x18\x02 \x01(\x0b\x32\x19.google.protobuf.Duration\"\'\n\x13\x43\x61ncelTimerDecision\x12\x10\n\x08timer_id\x18\x01 \x01(\t\"N\n\x14RecordMarkerDecision\x12\x13\n\x0bmarker_name\x18\x01 \x01(\t\x12!\n\x07\x64\x65tails\x18\x02 \x01(\x0b\x32\x10.weft.v1.Payload\"<\n\x18\x43ompleteWorkflowDecision\x12 \n\x06result\x18\x01 \x01(\x0b\x32\x10.weft.v1.Payload\"I\n\x14\x46\x61ilWorkflowDecision\x12\x0e\n\x06reason\x18\x01 \x01(\t\x12!\n\x07\x64\x65tails\x18\x02 \x01(\x0b\x32\x10.weft.v1.Payload\";\n\x16\x43\x61ncelWorkflowDecision\x12!\n\x07\x64\x65tails\x18\x01 \x01(\x0b\x32\x10.weft.v1.Payload\"\xe3\x01\n\x15\x43ontinueAsNewDecision\x12\x1f\n\x05input\x18\x01 \x01(\x0b\x32\x10.weft.v1.Payload\x12,\n\rworkflow_type\x18\x02 \x01(\x0b\x32\x15.weft.v1.WorkflowType\x12\x11\n\ttask_list\x18\x03 \x01(\t\x12\x34\n\x11\x65xecution_timeout\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0f\x64\x65\x63ider_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\"(\n\x13RequestLockDecision\x12\x11\n\tlock_name\x18\x01 \x01(\t\"(\n\x13ReleaseLockDecision\x12\x11\n\tlock_name\x18\x01 \x01(\t\"\xb6\x02\n\x1aStartChildWorkflowDecision\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12,\n\rworkflow_type\x18\x02 \x01(\x0b\x32\x15.weft.v1.WorkflowType\x12\x11\n\ttask_list\x18\x03 \x01(\t\x12\x1f\n\x05input\x18\x04 \x01(\x0b\x32\x10.weft.v1.Payload\x12\x34\n\x11\x65xecution_timeout\x18\x05 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x32\n\x0f\x64\x65\x63ider_timeout\x18\x06 \x01(\x0b\x32\x19.google.protobuf.Duration\x12\x37\n\x13parent_close_policy\x18\x07 \x01(\x0e\x32\x1a.weft.v1.ParentClosePolicy\"\x85\x01\n\x1eSignalExternalWorkflowDecision\x12-\n\texecution\x18\x01 \x01(\x0b\x32\x1a.weft.v1.WorkflowExecution\x12\x13\n\x0bsignal_name\x18\x02 \x01(\t\x12\x1f\n\x05input\x18\x03 \x01(\x0b\x32\x10.weft.v1.Payload*\xa4\x01\n\x11ParentClosePolicy\x12#\n\x1fPARENT_CLOSE_POLICY_UNSPECIFIED\x10\x00\x12!\n\x1dPARENT_CLOSE_POLICY_TERMINATE\x10\x01\x12&\n\"PARENT_CLOSE_POLICY_REQUEST_CANCEL\x10\x02\x12\x1f\n\x1bPARENT_CLOSE_POLICY_ABANDON\x10\x03\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'weft.v1.decisions_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
+  _globals['_PARENTCLOSEPOLICY']._serialized_start=2531
+  _globals['_PARENTCLOSEPOLICY']._serialized_end=2695
   _globals['_DECISION']._serialized_start=91
-  _globals['_DECISION']._serialized_end=763
-  _globals['_SCHEDULEACTIVITYDECISION']._serialized_start=766
-  _globals['_SCHEDULEACTIVITYDECISION']._serialized_end=1148
-  _globals['_REQUESTCANCELACTIVITYDECISION']._serialized_start=1150
-  _globals['_REQUESTCANCELACTIVITYDECISION']._serialized_end=1202
-  _globals['_STARTTIMERDECISION']._serialized_start=1204
-  _globals['_STARTTIMERDECISION']._serialized_end=1300
-  _globals['_CANCELTIMERDECISION']._serialized_start=1302
-  _globals['_CANCELTIMERDECISION']._serialized_end=1341
-  _globals['_RECORDMARKERDECISION']._serialized_start=1343
-  _globals['_RECORDMARKERDECISION']._serialized_end=1421
-  _globals['_COMPLETEWORKFLOWDECISION']._serialized_start=1423
-  _globals['_COMPLETEWORKFLOWDECISION']._serialized_end=1483
-  _globals['_FAILWORKFLOWDECISION']._serialized_start=1485
-  _globals['_FAILWORKFLOWDECISION']._serialized_end=1558
-  _globals['_CANCELWORKFLOWDECISION']._serialized_start=1560
-  _globals['_CANCELWORKFLOWDECISION']._serialized_end=1619
-  _globals['_CONTINUEASNEWDECISION']._serialized_start=1622
-  _globals['_CONTINUEASNEWDECISION']._serialized_end=1849
-  _globals['_REQUESTLOCKDECISION']._serialized_start=1851
-  _globals['_REQUESTLOCKDECISION']._serialized_end=1891
-  _globals['_RELEASELOCKDECISION']._serialized_start=1893
-  _globals['_RELEASELOCKDECISION']._serialized_end=1933
+  _globals['_DECISION']._serialized_end=909
+  _globals['_SCHEDULEACTIVITYDECISION']._serialized_start=912
+  _globals['_SCHEDULEACTIVITYDECISION']._serialized_end=1294
+  _globals['_REQUESTCANCELACTIVITYDECISION']._serialized_start=1296
+  _globals['_REQUESTCANCELACTIVITYDECISION']._serialized_end=1348
+  _globals['_STARTTIMERDECISION']._serialized_start=1350
+  _globals['_STARTTIMERDECISION']._serialized_end=1446
+  _globals['_CANCELTIMERDECISION']._serialized_start=1448
+  _globals['_CANCELTIMERDECISION']._serialized_end=1487
+  _globals['_RECORDMARKERDECISION']._serialized_start=1489
+  _globals['_RECORDMARKERDECISION']._serialized_end=1567
+  _globals['_COMPLETEWORKFLOWDECISION']._serialized_start=1569
+  _globals['_COMPLETEWORKFLOWDECISION']._serialized_end=1629
+  _globals['_FAILWORKFLOWDECISION']._serialized_start=1631
+  _globals['_FAILWORKFLOWDECISION']._serialized_end=1704
+  _globals['_CANCELWORKFLOWDECISION']._serialized_start=1706
+  _globals['_CANCELWORKFLOWDECISION']._serialized_end=1765
+  _globals['_CONTINUEASNEWDECISION']._serialized_start=1768
+  _globals['_CONTINUEASNEWDECISION']._serialized_end=1995
+  _globals['_REQUESTLOCKDECISION']._serialized_start=1997
+  _globals['_REQUESTLOCKDECISION']._serialized_end=2037
+  _globals['_RELEASELOCKDECISION']._serialized_start=2039
+  _globals['_RELEASELOCKDECISION']._serialized_end=2079
+  _globals['_STARTCHILDWORKFLOWDECISION']._serialized_start=2082
+  _globals['_STARTCHILDWORKFLOWDECISION']._serialized_end=2392
+  _globals['_SIGNALEXTERNALWORKFLOWDECISION']._serialized_start=2395
+  _globals['_SIGNALEXTERNALWORKFLOWDECISION']._serialized_end=2528
 # @@protoc_insertion_point(module_scope)

@@ -6,6 +6,7 @@ isort:skip_file
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from sdk.api.weft.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -17,6 +18,28 @@ else:
     from typing_extensions import TypeAlias as _TypeAlias, Never as _Never
 
 DESCRIPTOR: _descriptor.FileDescriptor
+
+class _ParentClosePolicy:
+    ValueType = _typing.NewType("ValueType", _builtins.int)
+    V: _TypeAlias = ValueType  # noqa: Y015
+
+class _ParentClosePolicyEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_ParentClosePolicy.ValueType], _builtins.type):
+    DESCRIPTOR: _descriptor.EnumDescriptor
+    PARENT_CLOSE_POLICY_UNSPECIFIED: _ParentClosePolicy.ValueType  # 0
+    """terminate"""
+    PARENT_CLOSE_POLICY_TERMINATE: _ParentClosePolicy.ValueType  # 1
+    PARENT_CLOSE_POLICY_REQUEST_CANCEL: _ParentClosePolicy.ValueType  # 2
+    PARENT_CLOSE_POLICY_ABANDON: _ParentClosePolicy.ValueType  # 3
+
+class ParentClosePolicy(_ParentClosePolicy, metaclass=_ParentClosePolicyEnumTypeWrapper):
+    """What happens to an open child when its parent closes."""
+
+PARENT_CLOSE_POLICY_UNSPECIFIED: ParentClosePolicy.ValueType  # 0
+"""terminate"""
+PARENT_CLOSE_POLICY_TERMINATE: ParentClosePolicy.ValueType  # 1
+PARENT_CLOSE_POLICY_REQUEST_CANCEL: ParentClosePolicy.ValueType  # 2
+PARENT_CLOSE_POLICY_ABANDON: ParentClosePolicy.ValueType  # 3
+Global___ParentClosePolicy: _TypeAlias = ParentClosePolicy  # noqa: Y015
 
 @_typing.final
 class Decision(_message.Message):
@@ -37,6 +60,8 @@ class Decision(_message.Message):
     CONTINUE_AS_NEW_FIELD_NUMBER: _builtins.int
     REQUEST_LOCK_FIELD_NUMBER: _builtins.int
     RELEASE_LOCK_FIELD_NUMBER: _builtins.int
+    START_CHILD_WORKFLOW_FIELD_NUMBER: _builtins.int
+    SIGNAL_EXTERNAL_WORKFLOW_FIELD_NUMBER: _builtins.int
     @_builtins.property
     def schedule_activity(self) -> Global___ScheduleActivityDecision: ...
     @_builtins.property
@@ -59,6 +84,10 @@ class Decision(_message.Message):
     def request_lock(self) -> Global___RequestLockDecision: ...
     @_builtins.property
     def release_lock(self) -> Global___ReleaseLockDecision: ...
+    @_builtins.property
+    def start_child_workflow(self) -> Global___StartChildWorkflowDecision: ...
+    @_builtins.property
+    def signal_external_workflow(self) -> Global___SignalExternalWorkflowDecision: ...
     def __init__(
         self,
         *,
@@ -73,12 +102,14 @@ class Decision(_message.Message):
         continue_as_new: Global___ContinueAsNewDecision | None = ...,
         request_lock: Global___RequestLockDecision | None = ...,
         release_lock: Global___ReleaseLockDecision | None = ...,
+        start_child_workflow: Global___StartChildWorkflowDecision | None = ...,
+        signal_external_workflow: Global___SignalExternalWorkflowDecision | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "release_lock", b"release_lock", "request_cancel_activity", b"request_cancel_activity", "request_lock", b"request_lock", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "release_lock", b"release_lock", "request_cancel_activity", b"request_cancel_activity", "request_lock", b"request_lock", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "release_lock", b"release_lock", "request_cancel_activity", b"request_cancel_activity", "request_lock", b"request_lock", "schedule_activity", b"schedule_activity", "start_timer", b"start_timer"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attributes", b"attributes", "cancel_timer", b"cancel_timer", "cancel_workflow", b"cancel_workflow", "complete_workflow", b"complete_workflow", "continue_as_new", b"continue_as_new", "fail_workflow", b"fail_workflow", "record_marker", b"record_marker", "release_lock", b"release_lock", "request_cancel_activity", b"request_cancel_activity", "request_lock", b"request_lock", "schedule_activity", b"schedule_activity", "signal_external_workflow", b"signal_external_workflow", "start_child_workflow", b"start_child_workflow", "start_timer", b"start_timer"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["schedule_activity", "request_cancel_activity", "start_timer", "cancel_timer", "record_marker", "complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new", "request_lock", "release_lock"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["schedule_activity", "request_cancel_activity", "start_timer", "cancel_timer", "record_marker", "complete_workflow", "fail_workflow", "cancel_workflow", "continue_as_new", "request_lock", "release_lock", "start_child_workflow", "signal_external_workflow"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -363,3 +394,80 @@ class ReleaseLockDecision(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseLockDecision: _TypeAlias = ReleaseLockDecision  # noqa: Y015
+
+@_typing.final
+class StartChildWorkflowDecision(_message.Message):
+    """Start a run of another workflow id whose close is reported to this run
+    (ChildWorkflowSuccess, …Failed, …TimedOut, …Canceled, …Terminated).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    TASK_LIST_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    DECIDER_TIMEOUT_FIELD_NUMBER: _builtins.int
+    PARENT_CLOSE_POLICY_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    task_list: _builtins.str
+    """Empty: the type's registered default, else this run's task list."""
+    parent_close_policy: Global___ParentClosePolicy.ValueType
+    @_builtins.property
+    def workflow_type(self) -> _common_pb2.WorkflowType: ...
+    @_builtins.property
+    def input(self) -> _common_pb2.Payload: ...
+    @_builtins.property
+    def execution_timeout(self) -> _duration_pb2.Duration:
+        """Unset: the type's registered default, else the service default."""
+
+    @_builtins.property
+    def decider_timeout(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        workflow_type: _common_pb2.WorkflowType | None = ...,
+        task_list: _builtins.str = ...,
+        input: _common_pb2.Payload | None = ...,
+        execution_timeout: _duration_pb2.Duration | None = ...,
+        decider_timeout: _duration_pb2.Duration | None = ...,
+        parent_close_policy: Global___ParentClosePolicy.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "parent_close_policy", b"parent_close_policy", "task_list", b"task_list", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartChildWorkflowDecision: _TypeAlias = StartChildWorkflowDecision  # noqa: Y015
+
+@_typing.final
+class SignalExternalWorkflowDecision(_message.Message):
+    """Send a signal to another workflow's open run (its current run unless run_id)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    EXECUTION_FIELD_NUMBER: _builtins.int
+    SIGNAL_NAME_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    signal_name: _builtins.str
+    @_builtins.property
+    def execution(self) -> _common_pb2.WorkflowExecution: ...
+    @_builtins.property
+    def input(self) -> _common_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        execution: _common_pb2.WorkflowExecution | None = ...,
+        signal_name: _builtins.str = ...,
+        input: _common_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "input", b"input"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "input", b"input", "signal_name", b"signal_name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignalExternalWorkflowDecision: _TypeAlias = SignalExternalWorkflowDecision  # noqa: Y015

@@ -68,6 +68,15 @@ class HistoryEvent(_message.Message):
     LOCK_RELEASED_FIELD_NUMBER: _builtins.int
     REQUEST_LOCK_FAILED_FIELD_NUMBER: _builtins.int
     RELEASE_LOCK_FAILED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_STARTED_FIELD_NUMBER: _builtins.int
+    START_CHILD_WORKFLOW_FAILED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_SUCCESS_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_FAILED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_TIMED_OUT_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_CANCELED_FIELD_NUMBER: _builtins.int
+    CHILD_WORKFLOW_TERMINATED_FIELD_NUMBER: _builtins.int
+    EXTERNAL_WORKFLOW_SIGNALED_FIELD_NUMBER: _builtins.int
+    SIGNAL_EXTERNAL_WORKFLOW_FAILED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     type: _builtins.str
     @_builtins.property
@@ -146,6 +155,24 @@ class HistoryEvent(_message.Message):
     def request_lock_failed(self) -> Global___RequestLockFailedAttributes: ...
     @_builtins.property
     def release_lock_failed(self) -> Global___ReleaseLockFailedAttributes: ...
+    @_builtins.property
+    def child_workflow_started(self) -> Global___ChildWorkflowStartedAttributes: ...
+    @_builtins.property
+    def start_child_workflow_failed(self) -> Global___StartChildWorkflowFailedAttributes: ...
+    @_builtins.property
+    def child_workflow_success(self) -> Global___ChildWorkflowSuccessAttributes: ...
+    @_builtins.property
+    def child_workflow_failed(self) -> Global___ChildWorkflowFailedAttributes: ...
+    @_builtins.property
+    def child_workflow_timed_out(self) -> Global___ChildWorkflowTimedOutAttributes: ...
+    @_builtins.property
+    def child_workflow_canceled(self) -> Global___ChildWorkflowCanceledAttributes: ...
+    @_builtins.property
+    def child_workflow_terminated(self) -> Global___ChildWorkflowTerminatedAttributes: ...
+    @_builtins.property
+    def external_workflow_signaled(self) -> Global___ExternalWorkflowSignaledAttributes: ...
+    @_builtins.property
+    def signal_external_workflow_failed(self) -> Global___SignalExternalWorkflowFailedAttributes: ...
     def __init__(
         self,
         *,
@@ -189,12 +216,21 @@ class HistoryEvent(_message.Message):
         lock_released: Global___LockReleasedAttributes | None = ...,
         request_lock_failed: Global___RequestLockFailedAttributes | None = ...,
         release_lock_failed: Global___ReleaseLockFailedAttributes | None = ...,
+        child_workflow_started: Global___ChildWorkflowStartedAttributes | None = ...,
+        start_child_workflow_failed: Global___StartChildWorkflowFailedAttributes | None = ...,
+        child_workflow_success: Global___ChildWorkflowSuccessAttributes | None = ...,
+        child_workflow_failed: Global___ChildWorkflowFailedAttributes | None = ...,
+        child_workflow_timed_out: Global___ChildWorkflowTimedOutAttributes | None = ...,
+        child_workflow_canceled: Global___ChildWorkflowCanceledAttributes | None = ...,
+        child_workflow_terminated: Global___ChildWorkflowTerminatedAttributes | None = ...,
+        external_workflow_signaled: Global___ExternalWorkflowSignaledAttributes | None = ...,
+        signal_external_workflow_failed: Global___SignalExternalWorkflowFailedAttributes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "child_workflow_canceled", b"child_workflow_canceled", "child_workflow_failed", b"child_workflow_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_success", b"child_workflow_success", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "external_workflow_signaled", b"external_workflow_signaled", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "signal_external_workflow_failed", b"signal_external_workflow_failed", "start_child_workflow_failed", b"start_child_workflow_failed", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "event_id", b"event_id", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "type", b"type", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "child_workflow_canceled", b"child_workflow_canceled", "child_workflow_failed", b"child_workflow_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_success", b"child_workflow_success", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "event_id", b"event_id", "external_workflow_signaled", b"external_workflow_signaled", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "signal_external_workflow_failed", b"signal_external_workflow_failed", "start_child_workflow_failed", b"start_child_workflow_failed", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "type", b"type", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_success", "workflow_failed", "workflow_timed_out", "workflow_cancel_requested", "workflow_canceled", "workflow_terminated", "workflow_continued_as_new", "workflow_close_failed", "decider_scheduled", "decider_started", "decider_completed", "decider_timed_out", "decider_failed", "activity_scheduled", "activity_schedule_failed", "activity_started", "activity_success", "activity_failed", "activity_timed_out", "activity_scheduled_timeout", "activity_cancel_requested", "activity_canceled", "activity_cancel_failed", "timer_scheduled", "timer_schedule_failed", "timer_expired", "timer_canceled", "timer_cancel_failed", "signal", "marker", "marker_failed", "lock_requested", "lock_acquired", "lock_released", "request_lock_failed", "release_lock_failed"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_success", "workflow_failed", "workflow_timed_out", "workflow_cancel_requested", "workflow_canceled", "workflow_terminated", "workflow_continued_as_new", "workflow_close_failed", "decider_scheduled", "decider_started", "decider_completed", "decider_timed_out", "decider_failed", "activity_scheduled", "activity_schedule_failed", "activity_started", "activity_success", "activity_failed", "activity_timed_out", "activity_scheduled_timeout", "activity_cancel_requested", "activity_canceled", "activity_cancel_failed", "timer_scheduled", "timer_schedule_failed", "timer_expired", "timer_canceled", "timer_cancel_failed", "signal", "marker", "marker_failed", "lock_requested", "lock_acquired", "lock_released", "request_lock_failed", "release_lock_failed", "child_workflow_started", "start_child_workflow_failed", "child_workflow_success", "child_workflow_failed", "child_workflow_timed_out", "child_workflow_canceled", "child_workflow_terminated", "external_workflow_signaled", "signal_external_workflow_failed"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -212,6 +248,9 @@ class WorkflowStartedAttributes(_message.Message):
     IDENTITY_FIELD_NUMBER: _builtins.int
     CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
     DEFINITION_FIELD_NUMBER: _builtins.int
+    PARENT_WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
+    PARENT_STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     task_list: _builtins.str
     identity: _builtins.str
     continued_from_run_id: _builtins.str
@@ -219,6 +258,11 @@ class WorkflowStartedAttributes(_message.Message):
     """The workflow type's registered definition as at the start (a step
     workflow's YAML text), so re-registering it never changes this run.
     """
+    parent_workflow_id: _builtins.str
+    """Set when a parent started this run as its child."""
+    parent_run_id: _builtins.str
+    parent_started_event_id: _builtins.int
+    """The parent's ChildWorkflowStarted event."""
     @_builtins.property
     def workflow_type(self) -> _common_pb2.WorkflowType: ...
     @_builtins.property
@@ -238,10 +282,13 @@ class WorkflowStartedAttributes(_message.Message):
         identity: _builtins.str = ...,
         continued_from_run_id: _builtins.str = ...,
         definition: _builtins.str = ...,
+        parent_workflow_id: _builtins.str = ...,
+        parent_run_id: _builtins.str = ...,
+        parent_started_event_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "definition", b"definition", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "definition", b"definition", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "parent_run_id", b"parent_run_id", "parent_started_event_id", b"parent_started_event_id", "parent_workflow_id", b"parent_workflow_id", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1220,3 +1267,289 @@ class ReleaseLockFailedAttributes(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ReleaseLockFailedAttributes: _TypeAlias = ReleaseLockFailedAttributes  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowStartedAttributes(_message.Message):
+    """The child run exists (it was started in the same transaction as the decision)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    TASK_LIST_FIELD_NUMBER: _builtins.int
+    INPUT_FIELD_NUMBER: _builtins.int
+    PARENT_CLOSE_POLICY_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    task_list: _builtins.str
+    parent_close_policy: _builtins.str
+    """"terminate", "request_cancel" or "abandon"."""
+    decider_completed_event_id: _builtins.int
+    @_builtins.property
+    def workflow_type(self) -> _common_pb2.WorkflowType: ...
+    @_builtins.property
+    def input(self) -> _common_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        workflow_type: _common_pb2.WorkflowType | None = ...,
+        task_list: _builtins.str = ...,
+        input: _common_pb2.Payload | None = ...,
+        parent_close_policy: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decider_completed_event_id", b"decider_completed_event_id", "input", b"input", "parent_close_policy", b"parent_close_policy", "run_id", b"run_id", "task_list", b"task_list", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowStartedAttributes: _TypeAlias = ChildWorkflowStartedAttributes  # noqa: Y015
+
+@_typing.final
+class StartChildWorkflowFailedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    cause: _builtins.str
+    """WORKFLOW_ALREADY_RUNNING or CHILD_ID_ALREADY_IN_USE (this run has an open
+    child of that id).
+    """
+    decider_completed_event_id: _builtins.int
+    @_builtins.property
+    def workflow_type(self) -> _common_pb2.WorkflowType: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        workflow_type: _common_pb2.WorkflowType | None = ...,
+        cause: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["workflow_type", b"workflow_type"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "decider_completed_event_id", b"decider_completed_event_id", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StartChildWorkflowFailedAttributes: _TypeAlias = StartChildWorkflowFailedAttributes  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowSuccessAttributes(_message.Message):
+    """The child's close, each with the run that closed (a child that continued as
+    new is followed: the outcome is its last run's) and this run's
+    ChildWorkflowStarted event id.
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    RESULT_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    started_event_id: _builtins.int
+    @_builtins.property
+    def result(self) -> _common_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        started_event_id: _builtins.int = ...,
+        result: _common_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["result", b"result", "run_id", b"run_id", "started_event_id", b"started_event_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowSuccessAttributes: _TypeAlias = ChildWorkflowSuccessAttributes  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowFailedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    started_event_id: _builtins.int
+    reason: _builtins.str
+    @_builtins.property
+    def details(self) -> _common_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        started_event_id: _builtins.int = ...,
+        reason: _builtins.str = ...,
+        details: _common_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "reason", b"reason", "run_id", b"run_id", "started_event_id", b"started_event_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowFailedAttributes: _TypeAlias = ChildWorkflowFailedAttributes  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowTimedOutAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    started_event_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        started_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["run_id", b"run_id", "started_event_id", b"started_event_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowTimedOutAttributes: _TypeAlias = ChildWorkflowTimedOutAttributes  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowCanceledAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    DETAILS_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    started_event_id: _builtins.int
+    @_builtins.property
+    def details(self) -> _common_pb2.Payload: ...
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        started_event_id: _builtins.int = ...,
+        details: _common_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "run_id", b"run_id", "started_event_id", b"started_event_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowCanceledAttributes: _TypeAlias = ChildWorkflowCanceledAttributes  # noqa: Y015
+
+@_typing.final
+class ChildWorkflowTerminatedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    started_event_id: _builtins.int
+    reason: _builtins.str
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        started_event_id: _builtins.int = ...,
+        reason: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["reason", b"reason", "run_id", b"run_id", "started_event_id", b"started_event_id", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ChildWorkflowTerminatedAttributes: _TypeAlias = ChildWorkflowTerminatedAttributes  # noqa: Y015
+
+@_typing.final
+class ExternalWorkflowSignaledAttributes(_message.Message):
+    """The signal was appended to the other run's history, in the same transaction."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SIGNAL_NAME_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    signal_name: _builtins.str
+    decider_completed_event_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        signal_name: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["decider_completed_event_id", b"decider_completed_event_id", "run_id", b"run_id", "signal_name", b"signal_name", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ExternalWorkflowSignaledAttributes: _TypeAlias = ExternalWorkflowSignaledAttributes  # noqa: Y015
+
+@_typing.final
+class SignalExternalWorkflowFailedAttributes(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    SIGNAL_NAME_FIELD_NUMBER: _builtins.int
+    CAUSE_FIELD_NUMBER: _builtins.int
+    DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    workflow_id: _builtins.str
+    run_id: _builtins.str
+    signal_name: _builtins.str
+    cause: _builtins.str
+    """UNKNOWN_EXTERNAL_WORKFLOW (no such workflow, or no open run of it) or
+    SIGNAL_LIMIT_EXCEEDED.
+    """
+    decider_completed_event_id: _builtins.int
+    def __init__(
+        self,
+        *,
+        workflow_id: _builtins.str = ...,
+        run_id: _builtins.str = ...,
+        signal_name: _builtins.str = ...,
+        cause: _builtins.str = ...,
+        decider_completed_event_id: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cause", b"cause", "decider_completed_event_id", b"decider_completed_event_id", "run_id", b"run_id", "signal_name", b"signal_name", "workflow_id", b"workflow_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___SignalExternalWorkflowFailedAttributes: _TypeAlias = SignalExternalWorkflowFailedAttributes  # noqa: Y015
