@@ -19,5 +19,7 @@ class ServerConfig:
     """HOST:PORT for Prometheus text exposition; empty: not served."""
     long_poll: float = 60.0
     drain_grace: float = 10.0
+    purge_interval: float = 60.0
+    """Seconds between retention passes (one node at a time on PostgreSQL); 0: never."""
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)

@@ -18,6 +18,7 @@ from orchestrator.config import ServerConfig
 from orchestrator.dispatch.listener import listen
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
+from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
 from orchestrator.timers.scanner import DeadlineScanner
 from sdk.api.weft.v1 import admin_pb2, admin_pb2_grpc, service_pb2, service_pb2_grpc
@@ -62,6 +63,8 @@ class Server:
         admin = AdminService(store, tokens, self._wakeups, settings, self.metrics)
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
+        if self.config.purge_interval > 0:
+            self._tasks.append(asyncio.create_task(self._purge_loop(), name="retention-purge"))
         if store.is_pg:
             ready = asyncio.Event()
             self._tasks.append(
@@ -110,6 +113,20 @@ class Server:
             db=_safe(self.config.db_url),
         )
         return self.port
+
+    async def _purge_loop(self) -> None:
+        """Delete closed runs their retention no longer keeps, every purge interval.
+        Every node runs this; on PostgreSQL an advisory lock lets one at a time work."""
+        assert self._store is not None
+        while True:
+            await asyncio.sleep(self.config.purge_interval)
+            try:
+                purged = await self._store.purge_closed(utcnow())
+            except Exception as exc:  # the database may be away: try again next time
+                log.warning("retention.purge_failed", error=str(exc)[:200])
+                continue
+            if purged:
+                log.info("retention.purged", runs=purged)
 
     def _on_notify(self, key: TaskListKey, added: int) -> None:
         self._wakeups.wake_pollers(key, added)

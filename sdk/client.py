@@ -38,7 +38,14 @@ from sdk.errors import (
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
-from sdk.workflows import ForcedRelease, LockInfo, WorkflowDescription, WorkflowInfo, WorkflowRun
+from sdk.workflows import (
+    ForcedRelease,
+    LockInfo,
+    NamespaceInfo,
+    WorkflowDescription,
+    WorkflowInfo,
+    WorkflowRun,
+)
 
 log = structlog.get_logger("weft.client")
 
@@ -272,6 +279,20 @@ class AsyncClient:
             ),
         )
         return WorkflowDescription.from_proto(resp, self.converter)
+
+    async def register_namespace(
+        self, name: str, *, retention: str = "", description: str = ""
+    ) -> None:
+        """Register a namespace, with the default retention policy of its runs
+        (STEPS.md "Retention"; "3" unless given). Registering again changes what it gives."""
+        await self.rpc(
+            "RegisterNamespace",
+            a.RegisterNamespaceRequest(name=name, retention=retention, description=description),
+        )
+
+    async def describe_namespace(self, name: str) -> NamespaceInfo:
+        resp = await self.rpc("DescribeNamespace", a.DescribeNamespaceRequest(name=name))
+        return NamespaceInfo(resp.name, resp.retention, resp.description, resp.registered)
 
     async def list_locks(self, name: str = "") -> list[LockInfo]:
         """The namespace's locks that have a holder or waiters (only `name` if given)."""

@@ -19,7 +19,14 @@ from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.errors import WeftError
 from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
-from sdk.workflows import ForcedRelease, LockInfo, WorkflowDescription, WorkflowInfo, WorkflowRun
+from sdk.workflows import (
+    ForcedRelease,
+    LockInfo,
+    NamespaceInfo,
+    WorkflowDescription,
+    WorkflowInfo,
+    WorkflowRun,
+)
 
 T = TypeVar("T")
 
@@ -189,6 +196,12 @@ class Client:
 
     def history(self, workflow_id: str, *, run_id: str = "") -> list[Event]:
         return self.run(self.aio.history(workflow_id, run_id=run_id))
+
+    def register_namespace(self, name: str, *, retention: str = "", description: str = "") -> None:
+        self.run(self.aio.register_namespace(name, retention=retention, description=description))
+
+    def describe_namespace(self, name: str) -> NamespaceInfo:
+        return self.run(self.aio.describe_namespace(name))
 
     def list_locks(self, name: str = "") -> list[LockInfo]:
         return self.run(self.aio.list_locks(name))

@@ -156,6 +156,19 @@ class LockInfo:
 
 
 @dataclass(frozen=True)
+class NamespaceInfo:
+    """A namespace and its defaults (`registered` False: used, never registered)."""
+
+    name: str
+    retention: str
+    description: str
+    registered: bool
+
+    def to_json(self) -> dict[str, Any]:
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
 class ForcedRelease:
     """What an operator's force-release did: whom it took the lock from, and to
     whom it went ("" when nobody waited)."""

@@ -31,9 +31,15 @@ class ServerProcess:
     """One orchestrator node running as `weft server --db URL` in its own process."""
 
     def __init__(
-        self, db_url: str, log_dir: Path, name: str = "node", long_poll: str = "2s"
+        self,
+        db_url: str,
+        log_dir: Path,
+        name: str = "node",
+        long_poll: str = "2s",
+        extra_args: tuple[str, ...] = (),
     ) -> None:
         self.db_url = db_url
+        self.extra_args = extra_args
         self.log_dir = log_dir
         self.name = name
         self.long_poll = long_poll
@@ -70,6 +76,7 @@ class ServerProcess:
                     self.long_poll,
                     "--log-level",
                     "info",
+                    *self.extra_args,
                 ],
                 stdin=subprocess.DEVNULL,
                 stdout=log,

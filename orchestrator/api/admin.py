@@ -1,13 +1,14 @@
 """weft.v1.AdminService: what operators do to the service rather than to one
-workflow. Locks so far: list them, force-release one."""
+workflow: locks (list, force-release), namespaces and the retention purge."""
 
 from __future__ import annotations
 
 import structlog
 
 from orchestrator.engine import locks as lock_rules
-from orchestrator.engine.errors import FailedPrecondition, NotFound
-from orchestrator.store.rows import LockEntry
+from orchestrator.engine import retention
+from orchestrator.engine.errors import FailedPrecondition, InvalidArgument, NotFound
+from orchestrator.store.rows import LockEntry, utcnow
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 
@@ -77,3 +78,47 @@ class AdminService(ServiceBase, ag.AdminServiceServicer):
             resp.granted_workflow_id = after[0].holder.workflow_id
             resp.granted_run_id = after[0].holder.run_id
         return resp
+
+    @grpc_errors
+    async def RegisterNamespace(
+        self, req: a.RegisterNamespaceRequest, ctx: Ctx
+    ) -> a.RegisterNamespaceResponse:
+        name = validate.namespace(req.name)
+        if req.retention:
+            policy = retention.parse(req.retention).policy
+            if _refers(policy):
+                raise InvalidArgument(
+                    "retention: a namespace default cannot be context, parent or system"
+                )
+        await self._store.register_namespace(name, req.retention, req.description)
+        return a.RegisterNamespaceResponse()
+
+    @grpc_errors
+    async def DescribeNamespace(
+        self, req: a.DescribeNamespaceRequest, ctx: Ctx
+    ) -> a.DescribeNamespaceResponse:
+        name = validate.namespace(req.name)
+        row = await self._store.namespace(name)
+        if row is None:
+            return a.DescribeNamespaceResponse(name=name, retention=retention.SYSTEM_DEFAULT)
+        return a.DescribeNamespaceResponse(
+            name=name,
+            retention=row["retention"],
+            description=row["description"],
+            registered=True,
+        )
+
+    @grpc_errors
+    async def PurgeClosedRuns(
+        self, req: a.PurgeClosedRunsRequest, ctx: Ctx
+    ) -> a.PurgeClosedRunsResponse:
+        purged = await self._store.purge_closed(utcnow())
+        return a.PurgeClosedRunsResponse(purged=purged or 0, ran=purged is not None)
+
+
+def _refers(policy: retention.Policy) -> bool:
+    if isinstance(policy, retention.Ref):
+        return True
+    if isinstance(policy, retention.Combine):
+        return any(_refers(p) for p in policy.parts)
+    return False

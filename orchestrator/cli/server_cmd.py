@@ -43,9 +43,22 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     show_default=True,
     help="how long a poll waits before an empty answer",
 )
+@click.option(
+    "--purge-interval",
+    envvar="WEFT_PURGE_INTERVAL",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="how often closed runs past their retention are deleted (0s: never)",
+)
 @click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
 def server(
-    db_url: str, listen: str, metrics_listen: str, long_poll: timedelta, log_level: str
+    db_url: str,
+    listen: str,
+    metrics_listen: str,
+    long_poll: timedelta,
+    purge_interval: timedelta,
+    log_level: str,
 ) -> None:
     """Run an orchestrator node."""
     from orchestrator import logging as weft_logging
@@ -57,6 +70,7 @@ def server(
         listen=listen,
         metrics_listen=metrics_listen,
         long_poll=long_poll.total_seconds(),
+        purge_interval=purge_interval.total_seconds(),
     )
     try:
         asyncio.run(_serve(Server(config)))

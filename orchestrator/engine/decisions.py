@@ -12,8 +12,9 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
-from . import children, locks
+from . import children, locks, retention
 from .errors import InvalidArgument, NotFound, ResourceExhausted
+from .events import RETENTION_MARKER, retention_text
 from .limits import Defaults, Limits
 from .start import StartCommand, start_workflow
 from .state import RunKey, RunState
@@ -335,6 +336,18 @@ def _cancel_timer(
 def _record_marker(
     t: Transition, a: d.RecordMarkerDecision, completed: int, ctx: DecisionContext
 ) -> None:
+    if a.marker_name == RETENTION_MARKER:
+        try:
+            retention.parse(retention_text(a.details))
+        except (ValueError, InvalidArgument):
+            t.emit(
+                h.MarkerFailedAttributes(
+                    marker_name=a.marker_name,
+                    cause="INVALID_RETENTION",
+                    decider_completed_event_id=completed,
+                )
+            )
+            return
     attrs = h.MarkerAttributes(marker_name=a.marker_name, decider_completed_event_id=completed)
     if a.HasField("details"):
         attrs.details.CopyFrom(a.details)

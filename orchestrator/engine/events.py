@@ -7,13 +7,16 @@ state stored on the run row is by construction the fold of its history.
 
 from __future__ import annotations
 
+import json
 from datetime import UTC, datetime
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
+from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
+from . import retention
 from .state import (
     CLOSED_STATUSES,
     ActivityState,
@@ -88,6 +91,31 @@ CLOSE_EVENTS: dict[str, str] = {
     "WorkflowTimedOut": "timed_out",
 }
 assert set(CLOSE_EVENTS.values()) == set(CLOSED_STATUSES)
+
+
+RETENTION_MARKER = "retention"
+"""A Marker of this name sets the run's retention policy: details {"retention": TEXT}."""
+
+
+def retention_text(details: c.Payload) -> str:
+    """The policy text a retention marker carries; ValueError if it carries none."""
+    try:
+        doc = json.loads(details.data or b"null")
+    except ValueError as exc:
+        raise ValueError(f"not JSON: {exc}") from None
+    if not isinstance(doc, dict) or not isinstance(doc.get("retention"), str):
+        raise ValueError('details must be {"retention": "POLICY"}')
+    text: str = doc["retention"]
+    return text
+
+
+def _set_retention(state: RunState, details: c.Payload) -> None:
+    # Checked when the marker was decided (decisions.py), so it parses here.
+    parsed = retention.parse(retention_text(details))
+    previous = retention.parse(state.retention).policy
+    state.retention = retention.render(retention.substitute_context(parsed.policy, previous))
+    if parsed.hash:
+        state.retention_hash = parsed.hash
 
 
 def make_event(event_id: int, now: datetime, attributes: Message) -> h.HistoryEvent:
@@ -203,6 +231,8 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         del state.timers[event.timer_canceled.timer_id]
     elif t == "Signal":
         state.signals += 1
+    elif t == "Marker" and event.marker.marker_name == RETENTION_MARKER:
+        _set_retention(state, event.marker.details)
     elif t == "LockRequested":
         name = event.lock_requested.lock_name
         state.locks[name] = LockState(lock_name=name, requested_id=event.event_id, requested_at=at)

@@ -119,6 +119,10 @@ class RunState:
     parent_workflow_id: str = ""
     parent_run_id: str = ""
     parent_started_id: int = 0
+    retention: str = "parent"
+    """The run's retention policy (`context` already substituted), set by a
+    Marker named `retention`; `retention_hash` names its group ("": its type)."""
+    retention_hash: str = ""
 
     @classmethod
     def blank(cls, key: RunKey) -> RunState:

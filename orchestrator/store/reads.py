@@ -39,6 +39,7 @@ from .schema import (
     history_events,
     lock_waiters,
     locks,
+    namespaces,
     pollers,
     runs,
     server_meta,
@@ -248,6 +249,11 @@ class StoreBase:
             else:
                 view.waiters.append(entry)
         return list(views.values())
+
+    async def namespace(self, name: str) -> dict[str, Any] | None:
+        """A registered namespace's row, or None."""
+        row = await self._first(select(namespaces).where(namespaces.c.name == name))
+        return dict(row._mapping) if row is not None else None
 
     async def due_deadlines(self, now: datetime, limit: int) -> list[DueDeadline]:
         rows = await self._rows(

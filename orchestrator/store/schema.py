@@ -47,6 +47,9 @@ runs = Table(
     Column("close_time", DateTime()),
     Column("history_length", BigInteger, nullable=False),
     Column("continued_from_run_id", RUN_ID, nullable=False),
+    # The run that started this one as its child ("" for none): the purge job
+    # keeps a closed run while a run it started is open.
+    Column("parent_run_id", RUN_ID, nullable=False, server_default=""),
     # The engine's RunState as JSON: always the fold of this run's history.
     Column("state", Text, nullable=False),
     # At most one open run per workflow id; the database enforces it across nodes.
@@ -123,6 +126,17 @@ lock_waiters = Table(
     Column("since", DateTime(), nullable=False),
     Index("ix_lock_waiters_queue", "namespace", "lock_name", "id"),
     Index("ux_lock_waiters_run", "run_id", "lock_name", unique=True),
+)
+
+# Registered namespaces; one used but never registered has the defaults.
+namespaces = Table(
+    "namespaces",
+    metadata,
+    Column("name", ID, primary_key=True),
+    # The default retention policy: what `system` means to the namespace's runs.
+    Column("retention", String(255), nullable=False),
+    Column("description", Text, nullable=False),
+    Column("registered_at", DateTime(), nullable=False),
 )
 
 request_ids = Table(

@@ -13,6 +13,7 @@ import asyncio
 import functools
 from collections import Counter
 from collections.abc import Callable
+from datetime import datetime
 from typing import Any, TypeVar, overload
 
 from sqlalchemy import bindparam, delete, insert, select, text, update
@@ -24,10 +25,11 @@ from orchestrator.engine import derived, external
 from orchestrator.engine import locks as lock_rules
 from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound
 from orchestrator.engine.events import CLOSE_EVENTS
+from orchestrator.engine.retention import SYSTEM_DEFAULT
 from orchestrator.engine.state import ChildState, RunKey, RunState
 from orchestrator.engine.transition import OutboundSignal, Transition
 
-from . import dialect, migrate
+from . import dialect, migrate, purge
 from .reads import StoreBase
 from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, naive, utcnow
 from .schema import (
@@ -35,6 +37,7 @@ from .schema import (
     history_events,
     lock_waiters,
     locks,
+    namespaces,
     request_ids,
     runs,
     tasks,
@@ -406,6 +409,7 @@ class Store(StoreBase):
                     task_list=s.task_list,
                     start_time=naive(s.started_at),
                     continued_from_run_id=s.continued_from_run_id,
+                    parent_run_id=s.parent_run_id,
                     **row,
                 )
             )
@@ -558,6 +562,31 @@ class Store(StoreBase):
             c,
             is_new=False,
         )
+
+    async def purge_closed(self, now: datetime) -> int | None:
+        """One retention pass (purge.py): runs deleted, or None if another node
+        was purging."""
+
+        async def attempt() -> int | None:
+            async with self._write() as conn:
+                return await purge.purge_pass(conn, self.is_pg, now)
+
+        out: int | None = await self._retrying(attempt)
+        return out
+
+    async def register_namespace(self, name: str, retention_text: str, description: str) -> None:
+        row = {
+            "name": name,
+            "retention": retention_text or SYSTEM_DEFAULT,
+            "description": description,
+            "registered_at": naive(utcnow().timestamp()),
+        }
+        # Registering again changes what it gives, as for types.
+        given = {k: v for k, v in row.items() if v not in ("", None)}
+        if not retention_text:
+            given.pop("retention")
+        stmt = dialect.upsert(self.is_pg, namespaces, row, ["name"], update=given)
+        await self._retrying(lambda: self._execute(stmt))
 
     async def _deliver(self, conn: AsyncConnection, t: Transition, c: Committed) -> None:
         """Append this transition's signals to the runs they go to."""

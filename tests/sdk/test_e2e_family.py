@@ -62,3 +62,13 @@ async def test_a_parent_waits_for_its_child_and_tells_another(
     assert result["run"] == (await client.describe(kid)).info.run_id
     assert "LockAcquired" in [e.type for e in child_history]
     assert await client.list_locks("family") == []  # the child's close released it
+
+
+async def test_namespaces_through_the_client(client: AsyncClient) -> None:
+    name = unique("ns")
+    assert (await client.describe_namespace(name)).registered is False
+    await client.register_namespace(name, retention="max(24h, 5)", description="billing")
+    info = await client.describe_namespace(name)
+    assert (info.retention, info.description, info.registered) == ("max(24h, 5)", "billing", True)
+    await client.register_namespace(name, description="billing v2")  # keeps the retention
+    assert (await client.describe_namespace(name)).retention == "max(24h, 5)"

@@ -179,3 +179,133 @@ class ForceReleaseLockResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ForceReleaseLockResponse: _TypeAlias = ForceReleaseLockResponse  # noqa: Y015
+
+@_typing.final
+class RegisterNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    RETENTION_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    retention: _builtins.str
+    """The namespace's default retention policy (STEPS.md "Retention"): what
+    `system` means to its runs. Empty keeps the registered one (else "3").
+    """
+    description: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        retention: _builtins.str = ...,
+        description: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "retention", b"retention"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterNamespaceRequest: _TypeAlias = RegisterNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class RegisterNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterNamespaceResponse: _TypeAlias = RegisterNamespaceResponse  # noqa: Y015
+
+@_typing.final
+class DescribeNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeNamespaceRequest: _TypeAlias = DescribeNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class DescribeNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    RETENTION_FIELD_NUMBER: _builtins.int
+    DESCRIPTION_FIELD_NUMBER: _builtins.int
+    REGISTERED_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    retention: _builtins.str
+    description: _builtins.str
+    registered: _builtins.bool
+    """False for a namespace used but never registered (its values are the defaults)."""
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        retention: _builtins.str = ...,
+        description: _builtins.str = ...,
+        registered: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["description", b"description", "name", b"name", "registered", b"registered", "retention", b"retention"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DescribeNamespaceResponse: _TypeAlias = DescribeNamespaceResponse  # noqa: Y015
+
+@_typing.final
+class PurgeClosedRunsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeClosedRunsRequest: _TypeAlias = PurgeClosedRunsRequest  # noqa: Y015
+
+@_typing.final
+class PurgeClosedRunsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    PURGED_FIELD_NUMBER: _builtins.int
+    RAN_FIELD_NUMBER: _builtins.int
+    purged: _builtins.int
+    """Closed runs whose policy no longer keeps them, deleted with their history."""
+    ran: _builtins.bool
+    """False when another node was purging at that moment (nothing was done)."""
+    def __init__(
+        self,
+        *,
+        purged: _builtins.int = ...,
+        ran: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["purged", b"purged", "ran", b"ran"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___PurgeClosedRunsResponse: _TypeAlias = PurgeClosedRunsResponse  # noqa: Y015

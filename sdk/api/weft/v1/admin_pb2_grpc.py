@@ -46,6 +46,21 @@ class AdminServiceStub:
                 request_serializer=weft_dot_v1_dot_admin__pb2.ForceReleaseLockRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_admin__pb2.ForceReleaseLockResponse.FromString,
                 _registered_method=True)
+        self.RegisterNamespace = channel.unary_unary(
+                '/weft.v1.AdminService/RegisterNamespace',
+                request_serializer=weft_dot_v1_dot_admin__pb2.RegisterNamespaceRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.RegisterNamespaceResponse.FromString,
+                _registered_method=True)
+        self.DescribeNamespace = channel.unary_unary(
+                '/weft.v1.AdminService/DescribeNamespace',
+                request_serializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.FromString,
+                _registered_method=True)
+        self.PurgeClosedRuns = channel.unary_unary(
+                '/weft.v1.AdminService/PurgeClosedRuns',
+                request_serializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -68,6 +83,26 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterNamespace(self, request, context):
+        """Namespaces exist implicitly (with the defaults) until registered.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeNamespace(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PurgeClosedRuns(self, request, context):
+        """One pass of the retention purge now (the server also runs it on its own).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -80,6 +115,21 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ForceReleaseLock,
                     request_deserializer=weft_dot_v1_dot_admin__pb2.ForceReleaseLockRequest.FromString,
                     response_serializer=weft_dot_v1_dot_admin__pb2.ForceReleaseLockResponse.SerializeToString,
+            ),
+            'RegisterNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterNamespace,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.RegisterNamespaceRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.RegisterNamespaceResponse.SerializeToString,
+            ),
+            'DescribeNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeNamespace,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.SerializeToString,
+            ),
+            'PurgeClosedRuns': grpc.unary_unary_rpc_method_handler(
+                    servicer.PurgeClosedRuns,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -138,6 +188,87 @@ class AdminService:
             '/weft.v1.AdminService/ForceReleaseLock',
             weft_dot_v1_dot_admin__pb2.ForceReleaseLockRequest.SerializeToString,
             weft_dot_v1_dot_admin__pb2.ForceReleaseLockResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/RegisterNamespace',
+            weft_dot_v1_dot_admin__pb2.RegisterNamespaceRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.RegisterNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/DescribeNamespace',
+            weft_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PurgeClosedRuns(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/PurgeClosedRuns',
+            weft_dot_v1_dot_admin__pb2.PurgeClosedRunsRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.PurgeClosedRunsResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -41,6 +41,11 @@ class AdminServiceStub:
     """Take a lock from its holder, recorded in the holder's history as a forced
     LockReleased with the identity and reason; the next waiter gets it.
     """
+    RegisterNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RegisterNamespaceRequest, _admin_pb2.RegisterNamespaceResponse]
+    """Namespaces exist implicitly (with the defaults) until registered."""
+    DescribeNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.DescribeNamespaceResponse]
+    PurgeClosedRuns: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PurgeClosedRunsRequest, _admin_pb2.PurgeClosedRunsResponse]
+    """One pass of the retention purge now (the server also runs it on its own)."""
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -55,6 +60,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """Take a lock from its holder, recorded in the holder's history as a forced
     LockReleased with the identity and reason; the next waiter gets it.
     """
+    RegisterNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.RegisterNamespaceRequest, _admin_pb2.RegisterNamespaceResponse]  # type: ignore[assignment]
+    """Namespaces exist implicitly (with the defaults) until registered."""
+    DescribeNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.DescribeNamespaceResponse]  # type: ignore[assignment]
+    PurgeClosedRuns: _aio.UnaryUnaryMultiCallable[_admin_pb2.PurgeClosedRunsRequest, _admin_pb2.PurgeClosedRunsResponse]  # type: ignore[assignment]
+    """One pass of the retention purge now (the server also runs it on its own)."""
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operators' service: locks now; namespaces, replay, retention and nodes as
@@ -78,5 +88,28 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         """Take a lock from its holder, recorded in the holder's history as a forced
         LockReleased with the identity and reason; the next waiter gets it.
         """
+
+    @_abc_1.abstractmethod
+    def RegisterNamespace(
+        self,
+        request: _admin_pb2.RegisterNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RegisterNamespaceResponse, _abc.Awaitable[_admin_pb2.RegisterNamespaceResponse]]:
+        """Namespaces exist implicitly (with the defaults) until registered."""
+
+    @_abc_1.abstractmethod
+    def DescribeNamespace(
+        self,
+        request: _admin_pb2.DescribeNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DescribeNamespaceResponse, _abc.Awaitable[_admin_pb2.DescribeNamespaceResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PurgeClosedRuns(
+        self,
+        request: _admin_pb2.PurgeClosedRunsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.PurgeClosedRunsResponse, _abc.Awaitable[_admin_pb2.PurgeClosedRunsResponse]]:
+        """One pass of the retention purge now (the server also runs it on its own)."""
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
