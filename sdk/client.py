@@ -294,6 +294,35 @@ class AsyncClient:
         resp = await self.rpc("DescribeNamespace", a.DescribeNamespaceRequest(name=name))
         return NamespaceInfo(resp.name, resp.retention, resp.description, resp.registered)
 
+    async def request_replay(
+        self,
+        workflow_id: str,
+        mode: Literal["resuming", "from", "from_start", "last"],
+        *,
+        step: str = "",
+        force: bool = False,
+        point: Any = None,
+        run_id: str = "",
+        reason: str = "",
+    ) -> tuple[str, bool]:
+        """Ask for a step-workflow replay with a point already resolved from the
+        history (`workers.steps.replay.resolve` does that; `weft replay` does both).
+        Returns (the run that replays, whether it is a new run)."""
+        resp = await self.rpc(
+            "ReplayWorkflow",
+            a.ReplayWorkflowRequest(
+                namespace=self.namespace,
+                execution=c.WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+                mode=mode,
+                step=step,
+                force=force,
+                identity=self.identity,
+                reason=reason,
+                point=self.converter.encode(point),
+            ),
+        )
+        return resp.run_id, resp.new_run
+
     async def list_locks(self, name: str = "") -> list[LockInfo]:
         """The namespace's locks that have a holder or waiters (only `name` if given)."""
         resp = await self.rpc(

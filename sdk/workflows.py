@@ -37,6 +37,9 @@ class WorkflowInfo:
     close_time: datetime | None
     history_length: int
     continued_from_run_id: str = ""
+    parent_run_id: str = ""
+    replay_of_run_id: str = ""
+    replayed_by_run_id: str = ""
 
     @classmethod
     def from_proto(cls, msg: c.WorkflowExecutionInfo) -> WorkflowInfo:
@@ -51,6 +54,9 @@ class WorkflowInfo:
             close_time=_time(msg, "close_time"),
             history_length=msg.history_length,
             continued_from_run_id=msg.continued_from_run_id,
+            parent_run_id=msg.parent_run_id,
+            replay_of_run_id=msg.replay_of_run_id,
+            replayed_by_run_id=msg.replayed_by_run_id,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -65,6 +71,9 @@ class WorkflowInfo:
             "close_time": rfc3339(self.close_time) if self.close_time else None,
             "history_length": self.history_length,
             "continued_from_run_id": self.continued_from_run_id or None,
+            "parent_run_id": self.parent_run_id or None,
+            "replay_of_run_id": self.replay_of_run_id or None,
+            "replayed_by_run_id": self.replayed_by_run_id or None,
         }
 
 

@@ -3,17 +3,24 @@ workflow: locks (list, force-release), namespaces and the retention purge."""
 
 from __future__ import annotations
 
+import uuid
+
 import structlog
 
 from orchestrator.engine import locks as lock_rules
-from orchestrator.engine import retention
-from orchestrator.engine.errors import FailedPrecondition, InvalidArgument, NotFound
+from orchestrator.engine import replay, retention
+from orchestrator.engine.errors import (
+    AlreadyExists,
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+)
 from orchestrator.store.rows import LockEntry, utcnow
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 
 from . import validate
-from .common import Ctx, ServiceBase, timestamp
+from .common import Ctx, ServiceBase, optional_payload, timestamp
 from .errors import grpc_errors
 
 log = structlog.get_logger("weft.api")
@@ -107,6 +114,50 @@ class AdminService(ServiceBase, ag.AdminServiceServicer):
             description=row["description"],
             registered=True,
         )
+
+    @grpc_errors
+    async def ReplayWorkflow(
+        self, req: a.ReplayWorkflowRequest, ctx: Ctx
+    ) -> a.ReplayWorkflowResponse:
+        ns = validate.namespace(req.namespace)
+        validate.name("execution.workflow_id", req.execution.workflow_id)
+        request = replay.ReplayRequest(
+            mode=req.mode,
+            step=req.step,
+            force=req.force,
+            identity=req.identity,
+            reason=req.reason,
+            point=optional_payload(req, "point"),
+        )
+        request.check()
+        row = await self._store.find_run(ns, req.execution.workflow_id, req.execution.run_id)
+        replay.check_replayable(row.status)
+        if row.status == "open":
+            await self._store.transact(row.key.run_id, lambda t: replay.replay_in_place(t, request))
+            new_run, run_id = False, row.key.run_id
+        else:
+            if row.replayed_by_run_id:
+                raise AlreadyExists(
+                    f"run {row.key.run_id} was replayed already, by run {row.replayed_by_run_id}"
+                )
+            [first] = await self._store.read_history(row.key.run_id, 1, 1, 1)
+            run_id, new_run = str(uuid.uuid4()), True
+            await self._store.replay_closed(
+                row,
+                run_id,
+                lambda t: replay.replay_as_new_run(
+                    t, first.workflow_started, row.key.run_id, request
+                ),
+            )
+        log.info(
+            "workflow.replay",
+            namespace=ns,
+            workflow_id=row.key.workflow_id,
+            run_id=run_id,
+            mode=req.mode,
+            new_run=new_run,
+        )
+        return a.ReplayWorkflowResponse(run_id=run_id, new_run=new_run)
 
     @grpc_errors
     async def PurgeClosedRuns(

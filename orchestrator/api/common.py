@@ -65,6 +65,9 @@ def execution_info(row: RunRow, version: str = "") -> c.WorkflowExecutionInfo:
         start_time=timestamp(row.start_time),
         history_length=row.history_length,
         continued_from_run_id=row.continued_from_run_id,
+        parent_run_id=row.parent_run_id,
+        replay_of_run_id=row.replay_of_run_id,
+        replayed_by_run_id=row.replayed_by_run_id,
     )
     if row.close_time is not None:
         info.close_time.CopyFrom(timestamp(row.close_time))

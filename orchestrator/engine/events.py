@@ -70,6 +70,7 @@ TRIGGERS: frozenset[str] = frozenset(
         "ChildWorkflowCanceled",
         "ChildWorkflowTerminated",
         "SignalExternalWorkflowFailed",
+        "ReplayRequested",
     }
 )
 CHILD_CLOSES: frozenset[str] = frozenset(
@@ -171,6 +172,7 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         state.continued_from_run_id = a.continued_from_run_id
         state.parent_workflow_id, state.parent_run_id = a.parent_workflow_id, a.parent_run_id
         state.parent_started_id = a.parent_started_event_id
+        state.replay_of_run_id = a.replay_of_run_id
     elif t == "DeciderScheduled":
         d.scheduled_id = event.event_id
     elif t == "DeciderStarted":

@@ -25,6 +25,7 @@ class StartCommand:
     parent_workflow_id: str = ""
     parent_run_id: str = ""
     parent_started_id: int = 0
+    replay_of_run_id: str = ""
 
 
 def start_workflow(t: Transition, cmd: StartCommand) -> None:
@@ -39,6 +40,7 @@ def start_workflow(t: Transition, cmd: StartCommand) -> None:
         parent_workflow_id=cmd.parent_workflow_id,
         parent_run_id=cmd.parent_run_id,
         parent_started_event_id=cmd.parent_started_id,
+        replay_of_run_id=cmd.replay_of_run_id,
     )
     if cmd.input is not None:
         attrs.input.CopyFrom(cmd.input)

@@ -119,6 +119,7 @@ class RunState:
     parent_workflow_id: str = ""
     parent_run_id: str = ""
     parent_started_id: int = 0
+    replay_of_run_id: str = ""
     retention: str = "parent"
     """The run's retention policy (`context` already substituted), set by a
     Marker named `retention`; `retention_hash` names its group ("": its type)."""

@@ -64,6 +64,9 @@ class RunRow:
     close_time: datetime | None
     history_length: int
     continued_from_run_id: str
+    parent_run_id: str = ""
+    replay_of_run_id: str = ""
+    replayed_by_run_id: str = ""
 
 
 @dataclass(frozen=True)
@@ -102,4 +105,7 @@ def run_row(r: Any) -> RunRow:
         close_time=aware(r.close_time) if r.close_time else None,
         history_length=r.history_length,
         continued_from_run_id=r.continued_from_run_id,
+        parent_run_id=r.parent_run_id,
+        replay_of_run_id=r.replay_of_run_id,
+        replayed_by_run_id=r.replayed_by_run_id,
     )

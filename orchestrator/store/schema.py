@@ -50,6 +50,9 @@ runs = Table(
     # The run that started this one as its child ("" for none): the purge job
     # keeps a closed run while a run it started is open.
     Column("parent_run_id", RUN_ID, nullable=False, server_default=""),
+    # Replays link both ways; the replayed run's history stays as it was.
+    Column("replay_of_run_id", RUN_ID, nullable=False, server_default=""),
+    Column("replayed_by_run_id", RUN_ID, nullable=False, server_default=""),
     # The engine's RunState as JSON: always the fold of this run's history.
     Column("state", Text, nullable=False),
     # At most one open run per workflow id; the database enforces it across nodes.

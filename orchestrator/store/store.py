@@ -410,6 +410,7 @@ class Store(StoreBase):
                     start_time=naive(s.started_at),
                     continued_from_run_id=s.continued_from_run_id,
                     parent_run_id=s.parent_run_id,
+                    replay_of_run_id=s.replay_of_run_id,
                     **row,
                 )
             )
@@ -562,6 +563,33 @@ class Store(StoreBase):
             c,
             is_new=False,
         )
+
+    async def replay_closed(
+        self, old: RunRow, new_run_id: str, fn: Callable[[Transition], None]
+    ) -> None:
+        """Open `new_run_id` for the closed run `old` (`fn` writes its first events)
+        and link the two, in one transaction. AlreadyExists if the workflow id has
+        an open run (the unique index decides it across nodes)."""
+
+        async def attempt() -> None:
+            committed = Committed()
+            async with self._write() as conn:
+                key = old.key
+                state = RunState.blank(RunKey(key.namespace, key.workflow_id, new_run_id))
+                await self._apply(conn, state, fn, committed, is_new=True)
+                await conn.execute(
+                    update(runs)
+                    .where(runs.c.run_id == key.run_id)
+                    .values(replayed_by_run_id=new_run_id)
+                )
+            self._on_commit(committed)
+
+        try:
+            await self._retrying(attempt, unique_ok=True)
+        except IntegrityError as exc:
+            raise AlreadyExists(
+                f"workflow {old.key.workflow_id!r} has an open run: replay that one instead"
+            ) from exc
 
     async def purge_closed(self, now: datetime) -> int | None:
         """One retention pass (purge.py): runs deleted, or None if another node

@@ -8,6 +8,7 @@ from google.protobuf import descriptor as _descriptor
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
+from sdk.api.weft.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -270,6 +271,79 @@ class DescribeNamespaceResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeNamespaceResponse: _TypeAlias = DescribeNamespaceResponse  # noqa: Y015
+
+@_typing.final
+class ReplayWorkflowRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    EXECUTION_FIELD_NUMBER: _builtins.int
+    MODE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    POINT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    mode: _builtins.str
+    """"resuming", "from" (with step), "from_start" or "last"."""
+    step: _builtins.str
+    force: _builtins.bool
+    identity: _builtins.str
+    reason: _builtins.str
+    @_builtins.property
+    def execution(self) -> _common_pb2.WorkflowExecution:
+        """Without run_id: the open run, else the latest one."""
+
+    @_builtins.property
+    def point(self) -> _common_pb2.Payload:
+        """Where to go, resolved from the run's history by the step interpreter
+        (`workers.steps.replay`), copied into ReplayRequested as it is: the service
+        does not read it.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        execution: _common_pb2.WorkflowExecution | None = ...,
+        mode: _builtins.str = ...,
+        step: _builtins.str = ...,
+        force: _builtins.bool = ...,
+        identity: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        point: _common_pb2.Payload | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "point", b"point"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "force", b"force", "identity", b"identity", "mode", b"mode", "namespace", b"namespace", "point", b"point", "reason", b"reason", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplayWorkflowRequest: _TypeAlias = ReplayWorkflowRequest  # noqa: Y015
+
+@_typing.final
+class ReplayWorkflowResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    RUN_ID_FIELD_NUMBER: _builtins.int
+    NEW_RUN_FIELD_NUMBER: _builtins.int
+    run_id: _builtins.str
+    """The run that replays: the same one when it was open, else the new one."""
+    new_run: _builtins.bool
+    def __init__(
+        self,
+        *,
+        run_id: _builtins.str = ...,
+        new_run: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["new_run", b"new_run", "run_id", b"run_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplayWorkflowResponse: _TypeAlias = ReplayWorkflowResponse  # noqa: Y015
 
 @_typing.final
 class PurgeClosedRunsRequest(_message.Message):

@@ -56,6 +56,11 @@ class AdminServiceStub:
                 request_serializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.FromString,
                 _registered_method=True)
+        self.ReplayWorkflow = channel.unary_unary(
+                '/weft.v1.AdminService/ReplayWorkflow',
+                request_serializer=weft_dot_v1_dot_admin__pb2.ReplayWorkflowRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.ReplayWorkflowResponse.FromString,
+                _registered_method=True)
         self.PurgeClosedRuns = channel.unary_unary(
                 '/weft.v1.AdminService/PurgeClosedRuns',
                 request_serializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsRequest.SerializeToString,
@@ -96,6 +101,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ReplayWorkflow(self, request, context):
+        """Replay a step workflow (STEPS.md "Replay"): an open run gets a
+        ReplayRequested event; a closed run that failed, timed out, was canceled or
+        terminated is replayed as a new run of the same workflow id, linked both ways.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PurgeClosedRuns(self, request, context):
         """One pass of the retention purge now (the server also runs it on its own).
         """
@@ -125,6 +139,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DescribeNamespace,
                     request_deserializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.FromString,
                     response_serializer=weft_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.SerializeToString,
+            ),
+            'ReplayWorkflow': grpc.unary_unary_rpc_method_handler(
+                    servicer.ReplayWorkflow,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.ReplayWorkflowRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.ReplayWorkflowResponse.SerializeToString,
             ),
             'PurgeClosedRuns': grpc.unary_unary_rpc_method_handler(
                     servicer.PurgeClosedRuns,
@@ -242,6 +261,33 @@ class AdminService:
             '/weft.v1.AdminService/DescribeNamespace',
             weft_dot_v1_dot_admin__pb2.DescribeNamespaceRequest.SerializeToString,
             weft_dot_v1_dot_admin__pb2.DescribeNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ReplayWorkflow(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/ReplayWorkflow',
+            weft_dot_v1_dot_admin__pb2.ReplayWorkflowRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.ReplayWorkflowResponse.FromString,
             options,
             channel_credentials,
             insecure,

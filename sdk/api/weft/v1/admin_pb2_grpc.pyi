@@ -44,6 +44,11 @@ class AdminServiceStub:
     RegisterNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RegisterNamespaceRequest, _admin_pb2.RegisterNamespaceResponse]
     """Namespaces exist implicitly (with the defaults) until registered."""
     DescribeNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.DescribeNamespaceResponse]
+    ReplayWorkflow: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ReplayWorkflowRequest, _admin_pb2.ReplayWorkflowResponse]
+    """Replay a step workflow (STEPS.md "Replay"): an open run gets a
+    ReplayRequested event; a closed run that failed, timed out, was canceled or
+    terminated is replayed as a new run of the same workflow id, linked both ways.
+    """
     PurgeClosedRuns: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PurgeClosedRunsRequest, _admin_pb2.PurgeClosedRunsResponse]
     """One pass of the retention purge now (the server also runs it on its own)."""
 
@@ -63,6 +68,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     RegisterNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.RegisterNamespaceRequest, _admin_pb2.RegisterNamespaceResponse]  # type: ignore[assignment]
     """Namespaces exist implicitly (with the defaults) until registered."""
     DescribeNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DescribeNamespaceRequest, _admin_pb2.DescribeNamespaceResponse]  # type: ignore[assignment]
+    ReplayWorkflow: _aio.UnaryUnaryMultiCallable[_admin_pb2.ReplayWorkflowRequest, _admin_pb2.ReplayWorkflowResponse]  # type: ignore[assignment]
+    """Replay a step workflow (STEPS.md "Replay"): an open run gets a
+    ReplayRequested event; a closed run that failed, timed out, was canceled or
+    terminated is replayed as a new run of the same workflow id, linked both ways.
+    """
     PurgeClosedRuns: _aio.UnaryUnaryMultiCallable[_admin_pb2.PurgeClosedRunsRequest, _admin_pb2.PurgeClosedRunsResponse]  # type: ignore[assignment]
     """One pass of the retention purge now (the server also runs it on its own)."""
 
@@ -103,6 +113,17 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.DescribeNamespaceRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.DescribeNamespaceResponse, _abc.Awaitable[_admin_pb2.DescribeNamespaceResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ReplayWorkflow(
+        self,
+        request: _admin_pb2.ReplayWorkflowRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ReplayWorkflowResponse, _abc.Awaitable[_admin_pb2.ReplayWorkflowResponse]]:
+        """Replay a step workflow (STEPS.md "Replay"): an open run gets a
+        ReplayRequested event; a closed run that failed, timed out, was canceled or
+        terminated is replayed as a new run of the same workflow id, linked both ways.
+        """
 
     @_abc_1.abstractmethod
     def PurgeClosedRuns(

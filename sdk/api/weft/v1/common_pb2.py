@@ -25,17 +25,17 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14weft/v1/common.proto\x12\x07weft.v1\x1a\x1fgoogle/protobuf/timestamp.proto\")\n\x07Payload\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x65ncoding\x18\x02 \x01(\t\"8\n\x11WorkflowExecution\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"-\n\x0cWorkflowType\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"-\n\x0c\x41\x63tivityType\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\xc7\x02\n\x15WorkflowExecutionInfo\x12-\n\texecution\x18\x01 \x01(\x0b\x32\x1a.weft.v1.WorkflowExecution\x12,\n\rworkflow_type\x18\x02 \x01(\x0b\x32\x15.weft.v1.WorkflowType\x12\x11\n\ttask_list\x18\x03 \x01(\t\x12\'\n\x06status\x18\x04 \x01(\x0e\x32\x17.weft.v1.WorkflowStatus\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nclose_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0ehistory_length\x18\x07 \x01(\x03\x12\x1d\n\x15\x63ontinued_from_run_id\x18\x08 \x01(\t*\x89\x02\n\x0eWorkflowStatus\x12\x1f\n\x1bWORKFLOW_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14WORKFLOW_STATUS_OPEN\x10\x01\x12\x1d\n\x19WORKFLOW_STATUS_COMPLETED\x10\x02\x12\x1a\n\x16WORKFLOW_STATUS_FAILED\x10\x03\x12\x1c\n\x18WORKFLOW_STATUS_CANCELED\x10\x04\x12\x1e\n\x1aWORKFLOW_STATUS_TERMINATED\x10\x05\x12$\n WORKFLOW_STATUS_CONTINUED_AS_NEW\x10\x06\x12\x1d\n\x19WORKFLOW_STATUS_TIMED_OUT\x10\x07*h\n\x0cTaskListKind\x12\x1e\n\x1aTASK_LIST_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17TASK_LIST_KIND_DECISION\x10\x01\x12\x1b\n\x17TASK_LIST_KIND_ACTIVITY\x10\x02\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x14weft/v1/common.proto\x12\x07weft.v1\x1a\x1fgoogle/protobuf/timestamp.proto\")\n\x07Payload\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x10\n\x08\x65ncoding\x18\x02 \x01(\t\"8\n\x11WorkflowExecution\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\"-\n\x0cWorkflowType\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"-\n\x0c\x41\x63tivityType\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0f\n\x07version\x18\x02 \x01(\t\"\x94\x03\n\x15WorkflowExecutionInfo\x12-\n\texecution\x18\x01 \x01(\x0b\x32\x1a.weft.v1.WorkflowExecution\x12,\n\rworkflow_type\x18\x02 \x01(\x0b\x32\x15.weft.v1.WorkflowType\x12\x11\n\ttask_list\x18\x03 \x01(\t\x12\'\n\x06status\x18\x04 \x01(\x0e\x32\x17.weft.v1.WorkflowStatus\x12.\n\nstart_time\x18\x05 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nclose_time\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x16\n\x0ehistory_length\x18\x07 \x01(\x03\x12\x1d\n\x15\x63ontinued_from_run_id\x18\x08 \x01(\t\x12\x15\n\rparent_run_id\x18\t \x01(\t\x12\x18\n\x10replay_of_run_id\x18\n \x01(\t\x12\x1a\n\x12replayed_by_run_id\x18\x0b \x01(\t*\x89\x02\n\x0eWorkflowStatus\x12\x1f\n\x1bWORKFLOW_STATUS_UNSPECIFIED\x10\x00\x12\x18\n\x14WORKFLOW_STATUS_OPEN\x10\x01\x12\x1d\n\x19WORKFLOW_STATUS_COMPLETED\x10\x02\x12\x1a\n\x16WORKFLOW_STATUS_FAILED\x10\x03\x12\x1c\n\x18WORKFLOW_STATUS_CANCELED\x10\x04\x12\x1e\n\x1aWORKFLOW_STATUS_TERMINATED\x10\x05\x12$\n WORKFLOW_STATUS_CONTINUED_AS_NEW\x10\x06\x12\x1d\n\x19WORKFLOW_STATUS_TIMED_OUT\x10\x07*h\n\x0cTaskListKind\x12\x1e\n\x1aTASK_LIST_KIND_UNSPECIFIED\x10\x00\x12\x1b\n\x17TASK_LIST_KIND_DECISION\x10\x01\x12\x1b\n\x17TASK_LIST_KIND_ACTIVITY\x10\x02\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'weft.v1.common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_WORKFLOWSTATUS']._serialized_start=592
-  _globals['_WORKFLOWSTATUS']._serialized_end=857
-  _globals['_TASKLISTKIND']._serialized_start=859
-  _globals['_TASKLISTKIND']._serialized_end=963
+  _globals['_WORKFLOWSTATUS']._serialized_start=669
+  _globals['_WORKFLOWSTATUS']._serialized_end=934
+  _globals['_TASKLISTKIND']._serialized_start=936
+  _globals['_TASKLISTKIND']._serialized_end=1040
   _globals['_PAYLOAD']._serialized_start=66
   _globals['_PAYLOAD']._serialized_end=107
   _globals['_WORKFLOWEXECUTION']._serialized_start=109
@@ -45,5 +45,5 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_ACTIVITYTYPE']._serialized_start=214
   _globals['_ACTIVITYTYPE']._serialized_end=259
   _globals['_WORKFLOWEXECUTIONINFO']._serialized_start=262
-  _globals['_WORKFLOWEXECUTIONINFO']._serialized_end=589
+  _globals['_WORKFLOWEXECUTIONINFO']._serialized_end=666
 # @@protoc_insertion_point(module_scope)

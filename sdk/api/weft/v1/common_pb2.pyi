@@ -168,10 +168,20 @@ class WorkflowExecutionInfo(_message.Message):
     CLOSE_TIME_FIELD_NUMBER: _builtins.int
     HISTORY_LENGTH_FIELD_NUMBER: _builtins.int
     CONTINUED_FROM_RUN_ID_FIELD_NUMBER: _builtins.int
+    PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
+    REPLAY_OF_RUN_ID_FIELD_NUMBER: _builtins.int
+    REPLAYED_BY_RUN_ID_FIELD_NUMBER: _builtins.int
     task_list: _builtins.str
     status: Global___WorkflowStatus.ValueType
     history_length: _builtins.int
     continued_from_run_id: _builtins.str
+    parent_run_id: _builtins.str
+    """The run that started this one as its child ("" for none)."""
+    replay_of_run_id: _builtins.str
+    """Replays (`weft replay` of a closed run): the run this one replays, and
+    the run that replays this one.
+    """
+    replayed_by_run_id: _builtins.str
     @_builtins.property
     def execution(self) -> Global___WorkflowExecution: ...
     @_builtins.property
@@ -191,10 +201,13 @@ class WorkflowExecutionInfo(_message.Message):
         close_time: _timestamp_pb2.Timestamp | None = ...,
         history_length: _builtins.int = ...,
         continued_from_run_id: _builtins.str = ...,
+        parent_run_id: _builtins.str = ...,
+        replay_of_run_id: _builtins.str = ...,
+        replayed_by_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "execution", b"execution", "start_time", b"start_time", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "continued_from_run_id", b"continued_from_run_id", "execution", b"execution", "history_length", b"history_length", "start_time", b"start_time", "status", b"status", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["close_time", b"close_time", "continued_from_run_id", b"continued_from_run_id", "execution", b"execution", "history_length", b"history_length", "parent_run_id", b"parent_run_id", "replay_of_run_id", b"replay_of_run_id", "replayed_by_run_id", b"replayed_by_run_id", "start_time", b"start_time", "status", b"status", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -77,6 +77,7 @@ class HistoryEvent(_message.Message):
     CHILD_WORKFLOW_TERMINATED_FIELD_NUMBER: _builtins.int
     EXTERNAL_WORKFLOW_SIGNALED_FIELD_NUMBER: _builtins.int
     SIGNAL_EXTERNAL_WORKFLOW_FAILED_FIELD_NUMBER: _builtins.int
+    REPLAY_REQUESTED_FIELD_NUMBER: _builtins.int
     event_id: _builtins.int
     type: _builtins.str
     @_builtins.property
@@ -173,6 +174,8 @@ class HistoryEvent(_message.Message):
     def external_workflow_signaled(self) -> Global___ExternalWorkflowSignaledAttributes: ...
     @_builtins.property
     def signal_external_workflow_failed(self) -> Global___SignalExternalWorkflowFailedAttributes: ...
+    @_builtins.property
+    def replay_requested(self) -> Global___ReplayRequestedAttributes: ...
     def __init__(
         self,
         *,
@@ -225,12 +228,13 @@ class HistoryEvent(_message.Message):
         child_workflow_terminated: Global___ChildWorkflowTerminatedAttributes | None = ...,
         external_workflow_signaled: Global___ExternalWorkflowSignaledAttributes | None = ...,
         signal_external_workflow_failed: Global___SignalExternalWorkflowFailedAttributes | None = ...,
+        replay_requested: Global___ReplayRequestedAttributes | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "child_workflow_canceled", b"child_workflow_canceled", "child_workflow_failed", b"child_workflow_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_success", b"child_workflow_success", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "external_workflow_signaled", b"external_workflow_signaled", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "signal_external_workflow_failed", b"signal_external_workflow_failed", "start_child_workflow_failed", b"start_child_workflow_failed", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "child_workflow_canceled", b"child_workflow_canceled", "child_workflow_failed", b"child_workflow_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_success", b"child_workflow_success", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "external_workflow_signaled", b"external_workflow_signaled", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "replay_requested", b"replay_requested", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "signal_external_workflow_failed", b"signal_external_workflow_failed", "start_child_workflow_failed", b"start_child_workflow_failed", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "child_workflow_canceled", b"child_workflow_canceled", "child_workflow_failed", b"child_workflow_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_success", b"child_workflow_success", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "event_id", b"event_id", "external_workflow_signaled", b"external_workflow_signaled", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "signal_external_workflow_failed", b"signal_external_workflow_failed", "start_child_workflow_failed", b"start_child_workflow_failed", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "type", b"type", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_cancel_failed", b"activity_cancel_failed", "activity_cancel_requested", b"activity_cancel_requested", "activity_canceled", b"activity_canceled", "activity_failed", b"activity_failed", "activity_schedule_failed", b"activity_schedule_failed", "activity_scheduled", b"activity_scheduled", "activity_scheduled_timeout", b"activity_scheduled_timeout", "activity_started", b"activity_started", "activity_success", b"activity_success", "activity_timed_out", b"activity_timed_out", "attributes", b"attributes", "child_workflow_canceled", b"child_workflow_canceled", "child_workflow_failed", b"child_workflow_failed", "child_workflow_started", b"child_workflow_started", "child_workflow_success", b"child_workflow_success", "child_workflow_terminated", b"child_workflow_terminated", "child_workflow_timed_out", b"child_workflow_timed_out", "decider_completed", b"decider_completed", "decider_failed", b"decider_failed", "decider_scheduled", b"decider_scheduled", "decider_started", b"decider_started", "decider_timed_out", b"decider_timed_out", "event_id", b"event_id", "external_workflow_signaled", b"external_workflow_signaled", "lock_acquired", b"lock_acquired", "lock_released", b"lock_released", "lock_requested", b"lock_requested", "marker", b"marker", "marker_failed", b"marker_failed", "release_lock_failed", b"release_lock_failed", "replay_requested", b"replay_requested", "request_lock_failed", b"request_lock_failed", "signal", b"signal", "signal_external_workflow_failed", b"signal_external_workflow_failed", "start_child_workflow_failed", b"start_child_workflow_failed", "timer_cancel_failed", b"timer_cancel_failed", "timer_canceled", b"timer_canceled", "timer_expired", b"timer_expired", "timer_schedule_failed", b"timer_schedule_failed", "timer_scheduled", b"timer_scheduled", "timestamp", b"timestamp", "type", b"type", "workflow_cancel_requested", b"workflow_cancel_requested", "workflow_canceled", b"workflow_canceled", "workflow_close_failed", b"workflow_close_failed", "workflow_continued_as_new", b"workflow_continued_as_new", "workflow_failed", b"workflow_failed", "workflow_started", b"workflow_started", "workflow_success", b"workflow_success", "workflow_terminated", b"workflow_terminated", "workflow_timed_out", b"workflow_timed_out"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
-    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_success", "workflow_failed", "workflow_timed_out", "workflow_cancel_requested", "workflow_canceled", "workflow_terminated", "workflow_continued_as_new", "workflow_close_failed", "decider_scheduled", "decider_started", "decider_completed", "decider_timed_out", "decider_failed", "activity_scheduled", "activity_schedule_failed", "activity_started", "activity_success", "activity_failed", "activity_timed_out", "activity_scheduled_timeout", "activity_cancel_requested", "activity_canceled", "activity_cancel_failed", "timer_scheduled", "timer_schedule_failed", "timer_expired", "timer_canceled", "timer_cancel_failed", "signal", "marker", "marker_failed", "lock_requested", "lock_acquired", "lock_released", "request_lock_failed", "release_lock_failed", "child_workflow_started", "start_child_workflow_failed", "child_workflow_success", "child_workflow_failed", "child_workflow_timed_out", "child_workflow_canceled", "child_workflow_terminated", "external_workflow_signaled", "signal_external_workflow_failed"]  # noqa: Y015
+    _WhichOneofReturnType_attributes: _TypeAlias = _typing.Literal["workflow_started", "workflow_success", "workflow_failed", "workflow_timed_out", "workflow_cancel_requested", "workflow_canceled", "workflow_terminated", "workflow_continued_as_new", "workflow_close_failed", "decider_scheduled", "decider_started", "decider_completed", "decider_timed_out", "decider_failed", "activity_scheduled", "activity_schedule_failed", "activity_started", "activity_success", "activity_failed", "activity_timed_out", "activity_scheduled_timeout", "activity_cancel_requested", "activity_canceled", "activity_cancel_failed", "timer_scheduled", "timer_schedule_failed", "timer_expired", "timer_canceled", "timer_cancel_failed", "signal", "marker", "marker_failed", "lock_requested", "lock_acquired", "lock_released", "request_lock_failed", "release_lock_failed", "child_workflow_started", "start_child_workflow_failed", "child_workflow_success", "child_workflow_failed", "child_workflow_timed_out", "child_workflow_canceled", "child_workflow_terminated", "external_workflow_signaled", "signal_external_workflow_failed", "replay_requested"]  # noqa: Y015
     _WhichOneofArgType_attributes: _TypeAlias = _typing.Literal["attributes", b"attributes"]  # noqa: Y015
     def WhichOneof(self, oneof_group: _WhichOneofArgType_attributes) -> _WhichOneofReturnType_attributes | None: ...
 
@@ -251,6 +255,7 @@ class WorkflowStartedAttributes(_message.Message):
     PARENT_WORKFLOW_ID_FIELD_NUMBER: _builtins.int
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     PARENT_STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    REPLAY_OF_RUN_ID_FIELD_NUMBER: _builtins.int
     task_list: _builtins.str
     identity: _builtins.str
     continued_from_run_id: _builtins.str
@@ -263,6 +268,10 @@ class WorkflowStartedAttributes(_message.Message):
     parent_run_id: _builtins.str
     parent_started_event_id: _builtins.int
     """The parent's ChildWorkflowStarted event."""
+    replay_of_run_id: _builtins.str
+    """Set when this run replays a closed run of the same workflow id (the
+    ReplayRequested that follows says how).
+    """
     @_builtins.property
     def workflow_type(self) -> _common_pb2.WorkflowType: ...
     @_builtins.property
@@ -285,10 +294,11 @@ class WorkflowStartedAttributes(_message.Message):
         parent_workflow_id: _builtins.str = ...,
         parent_run_id: _builtins.str = ...,
         parent_started_event_id: _builtins.int = ...,
+        replay_of_run_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "definition", b"definition", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "parent_run_id", b"parent_run_id", "parent_started_event_id", b"parent_started_event_id", "parent_workflow_id", b"parent_workflow_id", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "definition", b"definition", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "parent_run_id", b"parent_run_id", "parent_started_event_id", b"parent_started_event_id", "parent_workflow_id", b"parent_workflow_id", "replay_of_run_id", b"replay_of_run_id", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1553,3 +1563,47 @@ class SignalExternalWorkflowFailedAttributes(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___SignalExternalWorkflowFailedAttributes: _TypeAlias = SignalExternalWorkflowFailedAttributes  # noqa: Y015
+
+@_typing.final
+class ReplayRequestedAttributes(_message.Message):
+    """An operator asked the step interpreter to replay (`weft replay`)."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    MODE_FIELD_NUMBER: _builtins.int
+    STEP_FIELD_NUMBER: _builtins.int
+    FORCE_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    REASON_FIELD_NUMBER: _builtins.int
+    POINT_FIELD_NUMBER: _builtins.int
+    REPLAY_OF_RUN_ID_FIELD_NUMBER: _builtins.int
+    mode: _builtins.str
+    """"resuming", "from", "from_start" or "last"."""
+    step: _builtins.str
+    force: _builtins.bool
+    identity: _builtins.str
+    reason: _builtins.str
+    replay_of_run_id: _builtins.str
+    """In a new run: the closed run it replays."""
+    @_builtins.property
+    def point(self) -> _common_pb2.Payload:
+        """The resolved replay point (opaque to the service; see workers.steps.replay)."""
+
+    def __init__(
+        self,
+        *,
+        mode: _builtins.str = ...,
+        step: _builtins.str = ...,
+        force: _builtins.bool = ...,
+        identity: _builtins.str = ...,
+        reason: _builtins.str = ...,
+        point: _common_pb2.Payload | None = ...,
+        replay_of_run_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["point", b"point"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["force", b"force", "identity", b"identity", "mode", b"mode", "point", b"point", "reason", b"reason", "replay_of_run_id", b"replay_of_run_id", "step", b"step"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ReplayRequestedAttributes: _TypeAlias = ReplayRequestedAttributes  # noqa: Y015
