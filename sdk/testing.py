@@ -274,10 +274,19 @@ def replay(decider: Decider, history: list[Event]) -> int:
     return checked
 
 
-def check_decisions(made: list[Decision], recorded: list[Event], at: int) -> None:
+def check_decisions(
+    made: list[Decision], recorded: list[Event], at: int, *, deep: bool = False
+) -> None:
     """Raise `NonDeterminismError` unless `made` are the decisions the events
     `recorded` after the `DeciderCompleted` at event `at` show (kind, id, and an
-    activity's type and input)."""
+    activity's type and input).
+
+    `deep` also compares what the other decisions carry: a marker's details, a
+    timer's duration, the close decision's result (or failure reason and
+    details). Off by default: a decider may legitimately record a marker whose
+    details it computes afresh (a side effect it reads back on later tasks);
+    deciders that recompute everything from the history, as the step
+    interpreter does, turn it on."""
     where = f"decision task completed at event {at}"
     if len(made) != len(recorded):
         raise NonDeterminismError(
@@ -305,6 +314,69 @@ def check_decisions(made: list[Decision], recorded: list[Event], at: int) -> Non
                     f"{where}: activity {event.get('activity_id')!r} is scheduled with a "
                     "different type or input than the history records"
                 )
+        if deep:
+            difference = _payload_difference(decision, event)
+            if difference:
+                raise NonDeterminismError(
+                    f"{where}: decision {i + 1} ({_describe(decision)}) {difference}"
+                )
+
+
+# What a decision carries that its event records, by decision kind and event type:
+# (the decision's attribute, the event's attribute, what to call it).
+_PAYLOADS: dict[tuple[str, str], tuple[tuple[str, str, str], ...]] = {
+    ("RecordMarker", "Marker"): (("details", "details", "details"),),
+    ("CompleteWorkflow", "WorkflowSuccess"): (("result", "result", "result"),),
+    ("FailWorkflow", "WorkflowFailed"): (
+        ("reason", "reason", "reason"),
+        ("details", "details", "details"),
+    ),
+    ("CancelWorkflow", "WorkflowCanceled"): (("details", "details", "details"),),
+}
+
+
+def _describe(decision: Decision) -> str:
+    """A decision as a message names it: its kind and what it acts on."""
+    _, key = _RECORDED[decision.kind]
+    name = decision.attributes.get(key) if key else None
+    return f"{decision.kind} {name!r}" if name is not None else decision.kind
+
+
+def _payload_difference(decision: Decision, event: Event) -> str:
+    """How what `decision` carries differs from what `event` records ('' if not)."""
+    if decision.kind == "StartTimer" and event.type == "TimerScheduled":
+        made = decision.attributes.get("delay")
+        seconds = event.get("start_to_fire_timeout")
+        span = timedelta(seconds=float(seconds)) if seconds is not None else None
+        if made != span:
+            shown = f"{made.total_seconds():g}s" if isinstance(made, timedelta) else repr(made)
+            return f"waits {shown}; the history records {seconds!r}s"
+        return ""
+    for ours, theirs, what in _PAYLOADS.get((decision.kind, event.type), ()):
+        value, kept = decision.attributes.get(ours), event.get(theirs)
+        mine: Any
+        if what == "reason":  # a plain string, omitted from the event when empty
+            mine, kept = str(value or ""), str(kept or "")
+        else:
+            mine = _as_json(value)
+        if mine != kept:
+            return (
+                f"carries a different {what}{_keys_differing(mine, kept)}: "
+                f"{_short(mine)}; the history records {_short(kept)}"
+            )
+    return ""
+
+
+def _keys_differing(a: Any, b: Any) -> str:
+    if not isinstance(a, dict) or not isinstance(b, dict):
+        return ""
+    keys = sorted(k for k in a.keys() | b.keys() if a.get(k) != b.get(k) or (k in a) != (k in b))
+    return f" ({', '.join(map(str, keys))})" if keys else ""
+
+
+def _short(value: Any, limit: int = 300) -> str:
+    text = json.dumps(value, sort_keys=True, default=str)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def _as_json(value: Any) -> Any:

@@ -4,6 +4,8 @@ replay points and resuming."""
 
 from __future__ import annotations
 
+import pytest
+
 from sdk import AsyncClient
 from tests.helpers import unique
 from tests.steps import activities as acts
@@ -182,14 +184,41 @@ async def test_retry_step_outside_a_handler_replays_from_the_replay_point(
         replayable: from start
         steps:
           - let n = ${workflow.var.n} ?? 0
-          - let seen = ${input.seen} ?? 0
+          - let n = ${n} + 1
           - step: retry limit 2
             condition: {target: "${n}", less-than: 5}
           - return ${n}
         """,
     )
-    # from start restores the variables as at the start: n is recomputed each time
+    # Each replay went back to the start with the variables as they were there
+    # (none), so n is 1 on every pass and the retry never stops by itself.
     assert out.reason == "RetriesExceeded"
+    assert out.step_keys() == ["0.1", "1.1", "2.1", "0.2", "1.2", "2.2", "0.3", "1.3", "2.3"]
+    first_steps = [s for s in out.steps() if s["index"] == 0]
+    assert [s["variables"] for s in first_steps] == [{}, {}, {}]
+    retries = [s for s in out.steps() if s["index"] == 2]
+    assert [s["variables"] for s in retries] == [{"n": 1}] * 3
+
+
+async def test_retry_step_replays_from_a_replay_point_after_the_start(
+    client: AsyncClient,
+) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - let runs = 0
+          - step: let runs = ${runs} + 1
+            replayable: from here
+          - step: retry limit 2
+            condition: {target: "${runs}", less-than: 5}
+          - return ${runs}
+        """,
+    )
+    # step 0 ran once; steps 1 and 2 three times, each with runs as at step 1
+    assert out.reason == "RetriesExceeded"
+    assert out.step_keys() == ["0.1", "1.1", "2.1", "1.2", "2.2", "1.3", "2.3"]
+    assert [s["variables"] for s in out.steps() if s["index"] == 1] == [{"runs": 0}] * 3
 
 
 async def test_retry_from_a_step_without_replay_is_a_goto(client: AsyncClient) -> None:
@@ -259,6 +288,76 @@ async def test_handler_next_jumps(client: AsyncClient) -> None:
     assert out.result == "recovered yes"
 
 
+@pytest.mark.parametrize(
+    "jump",
+    ["{step: let handled = yes, next: recover}", "goto recover"],
+)
+async def test_a_handler_that_jumps_ends_handling(client: AsyncClient, jump: str) -> None:
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: fail message first
+            on-error:
+              - {jump}
+              - let second = ran
+          - return not here
+          - id: recover
+            step: let result = ${{second}} ?? "second handler skipped"
+          - return ${{result}}
+        """,
+    )
+    assert out.result == "second handler skipped"
+    # only the first handler step started (handler steps' keys have a `!`)
+    assert [k for k in out.step_keys() if "!" in k] == ["0.1!0.1"]
+
+
+async def test_a_handler_that_retries_ends_handling(client: AsyncClient) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - step: activity flaky
+            input: {{key: {key}, failures: 1}}
+            idempotent: yes
+            on-error:
+              - retry limit 2
+              - let output = {{attempt: fallback}}
+          - return ${{output.attempt}}
+        """,
+        activities=acts.ALL,
+    )
+    # the retry resumed the step; the fallback handler after it never ran
+    assert out.result == 2
+    assert [k for k in out.step_keys() if "!" in k] == ["0.1!0.1"]
+
+
+async def test_next_exit_leaves_the_handler_and_continues_after_the_failed_step(
+    client: AsyncClient,
+) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: fail message broken
+            next: after
+            on-error:
+              - step: let handled = yes
+                next: exit
+              - let second = ran
+          - return skipped by the failed step's next
+          - id: after
+            step: let result = ${handled} ${second} ?? "no second"
+          - return ${result}
+        """,
+    )
+    # `exit` ends handling (the second handler did not run) and the failed
+    # step's own `next` applies
+    assert out.result == "no second"
+    assert [k for k in out.step_keys() if "!" in k] == ["0.1!0.1"]
+
+
 async def test_fail_rethrow_keeps_the_original_error(client: AsyncClient) -> None:
     out = await run_steps(
         client,
@@ -301,6 +400,33 @@ async def test_workflow_on_error_ends_the_workflow_successfully(client: AsyncCli
         """,
     )
     assert out.result == "handled Fail"
+
+
+@pytest.mark.parametrize(
+    "jump",
+    ["{step: let recovered = yes, next: after}", "goto after"],
+)
+async def test_workflow_on_error_that_jumps_continues_the_workflow_there(
+    client: AsyncClient, jump: str
+) -> None:
+    out = await run_steps(
+        client,
+        f"""
+        on-error:
+          - {jump}
+          - let output = handler did not stop
+        steps:
+          - let before = 1
+          - fail message broken
+          - return unreachable
+          - id: after
+            step: let after = ${{before}} + 1
+          - return continued ${{after}}
+        """,
+    )
+    # the workflow went on at `after` (with its variables) instead of ending
+    assert out.result == "continued 2"
+    assert [s["id"] for s in out.steps() if "id" in s] == ["after"]
 
 
 async def test_workflow_on_error_retry_resumes_the_failed_step(client: AsyncClient) -> None:

@@ -47,6 +47,119 @@ async def test_markers_record_replay_point_changes(client: AsyncClient) -> None:
     assert [s["variables"] for s in out.steps()][-1] == {"a": 1, "b": 2, "c": 3}
 
 
+@pytest.mark.parametrize(("change", "replayed"), [("from here", True), ("from here only", False)])
+async def test_from_here_only_makes_earlier_replay_points_unusable(
+    client: AsyncClient, change: str, replayed: bool
+) -> None:
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - id: first
+            step: let a = 1
+            replayable: from here
+          - step: let b = 2
+            replayable: {change}
+          - retry replay from first limit 1
+        """,
+    )
+    if replayed:
+        # `first` is still a replay point: the retry went back there once,
+        # then its limit was reached
+        assert out.reason == "RetriesExceeded"
+        assert out.step_keys() == ["0.1", "1.1", "2.1", "0.2", "1.2", "2.2"]
+    else:
+        # `from here only` cleared it: nothing at or before `first` to replay from
+        assert out.reason == "ReplayError"
+        assert "no replay point" in out.details["message"]
+        assert out.step_keys() == ["0.1", "1.1", "2.1"]
+
+
+async def test_a_failing_non_idempotent_step_replays_from_the_from_here_only_point(
+    client: AsyncClient,
+) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        steps:
+          - let tries = 0
+          - step: let early = yes
+            replayable: from here
+          - step: let tries = ${{tries}} + 1
+            replayable: from here only
+          - step: activity flaky
+            input: {{key: {key}, failures: 2}}
+            on-error:
+              - retry limit 3
+          - return ${{tries}}
+        """,
+        activities=acts.ALL,
+    )
+    # each retry went back to step 2 (not to the earlier point at step 1), with
+    # the variables as they were there
+    assert out.result == 1
+    keys = out.step_keys()
+    assert keys.count("1.1") == 1 and "1.2" not in keys
+    assert [k for k in keys if k.startswith("2.")] == ["2.1", "2.2", "2.3"]
+    assert len(out.of("ActivityScheduled")) == 3
+
+
+@pytest.mark.parametrize(
+    "reset", ["{step: let b = 2, replayable: reset}", "workflow replayable reset"]
+)
+async def test_reset_clears_replay_points_so_a_non_idempotent_step_cannot_resume(
+    client: AsyncClient, reset: str
+) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        replayable: from start
+        steps:
+          - step: let a = 1
+            replayable: from here
+          - {reset}
+          - step: activity flaky
+            input: {{key: {key}, failures: 1}}
+            on-error:
+              - retry limit 2
+        """,
+        activities=acts.ALL,
+    )
+    # neither the start nor step 0 is a replay point any more, and the activity
+    # is not idempotent: the retry is refused instead of running it again
+    assert out.reason == "ReplayError"
+    assert "no replay point" in out.details["message"]
+    assert len(out.of("ActivityScheduled")) == 1
+
+
+async def test_without_reset_the_same_retry_replays_from_the_replay_point(
+    client: AsyncClient,
+) -> None:
+    key = unique("flaky")
+    out = await run_steps(
+        client,
+        f"""
+        replayable: from start
+        steps:
+          - step: let a = 1
+            replayable: from here
+          - let b = 2
+          - step: activity flaky
+            input: {{key: {key}, failures: 1}}
+            on-error:
+              - retry limit 2
+          - return ${{output.attempt}}
+        """,
+        activities=acts.ALL,
+    )
+    assert out.result == 2
+    # the handler's retry (its steps' keys have a `!`) went back to step 0
+    steps = [k for k in out.step_keys() if "!" not in k]
+    assert steps == ["0.1", "1.1", "2.1", "0.2", "1.2", "2.2", "3.1"]
+
+
 async def test_a_list_in_place_of_a_step_is_an_inline_block(client: AsyncClient) -> None:
     out = await run_steps(
         client,

@@ -194,7 +194,9 @@ class Frame:
         except StepError as error:
             if not error.step:
                 error.step = step.label
-            if not step.on_error:
+            if not step.on_error or _runs_nested_workflows(step):
+                # Brooklyn: a nested workflow's `on-error` is each child's own,
+                # applied inside it (`_run_nested`), never to the step.
                 raise
             output, target = await self.handle_error(step.on_error, error, entry.key)
             if target == "exit":
@@ -242,12 +244,27 @@ class Frame:
         }
         if step.id:
             details["id"] = step.id
+        if step.type == "log":
+            message = self._log_message(step, key, resolved)
+            if message is not None:
+                # The history is where an operator reads what the run logged:
+                # the decider logs it only once, when not replaying.
+                details["message"] = message
         if resumed is not None:
             details["resumed"] = True
         if change:
             details["replayable"] = change
         self.run.ops.marker("step", details)
         return entry
+
+    def _log_message(self, step: Step, key: str, resolved: dict[str, Any]) -> str | None:
+        """A `log` step's message, or None when it does not resolve (the step
+        then fails in its body, where `on-error` handles it)."""
+        scope = StepScope(self, key, resolved, error=self.error)
+        try:
+            return str(expressions.interpolate(step.args.get("message", ""), scope))
+        except ExpressionError:
+            return None
 
     def _replay_point(self, index: int, step: Step) -> str | None:
         change = step.replayable
@@ -371,7 +388,11 @@ class Frame:
     # -- step bodies ----------------------------------------------------------------------
 
     async def _body_with_timeout(self, step: Step, entry: Entry) -> tuple[Any, str | None]:
-        if step.timeout is None:
+        if step.timeout is None or (
+            _runs_nested_workflows(step) and not step.args.get("has_target")
+        ):
+            # A nested workflow without a target: its own timeout (in
+            # `_run_nested`) is the step's; a fan-out is bounded by both.
             return await self._body(step, entry)
         finished, result = await within(
             self.run, self._body(step, entry), f"{entry.key}:timeout", step.timeout
@@ -414,6 +435,47 @@ async def within(
         return False, None
     timer.cancel()
     return True, body.future.result()
+
+
+def _runs_nested_workflows(step: Step) -> bool:
+    """A `workflow` step with steps of its own (not `workflow replayable …`)."""
+    return step.type == "workflow" and not step.args.get("setting")
+
+
+async def run_workflow(top: Frame, on_error: Sequence[Step]) -> tuple[Any, bool]:
+    """Run a workflow's steps under its workflow-level `on-error`: a handled
+    error ends the workflow with the handler's output unless the handler
+    jumped (the loop continues there) or replayed. Answers the output and
+    whether the workflow ended early (a `return`, or a handler that did not
+    jump), so that the workflow's `output:` does not apply. A jump to an id
+    the workflow does not have raises `Jump`."""
+    start, resume = 0, False
+    while True:
+        try:
+            return await top.run_steps(start, resume), False
+        except Return as done:
+            return done.value, True
+        except StepError as error:
+            if not on_error:
+                raise
+            try:
+                # `workflow` for the run's own handler; a nested workflow's is
+                # named after its frame, so its timers and retry counts are its own.
+                key = f"{top.path}workflow"
+                output, target = await top.handle_error(on_error, error, key)
+            except Replay as replay:
+                start, resume = top.resolve_replay(replay)
+                continue
+            except Return as done:
+                return done.value, True
+            if target is None or target == "exit":
+                return output, True
+            if target == "end":
+                return output, False
+            found = top.index_of(target)
+            if found is None:
+                raise Jump(target) from None
+            start, resume = found, False
 
 
 def _contains_id(step: Step, target: str) -> bool:
@@ -710,7 +772,7 @@ async def _workflow(
         child = Frame(
             frame.run, body, f"{entry.key}/", variables={}, input=entry.input, parent=frame
         )
-        return await _run_nested(child), None
+        return await _run_nested(child, step), None
     items = _items(expressions.interpolate(args.get("target"), scope))
     var, index_var = str(args.get("var", "target")), str(args.get("index_var", "target_index"))
     # A nested workflow has variables of its own: only the item and the reduced ones.
@@ -747,12 +809,28 @@ def _item_frames(
     return frame_for
 
 
-async def _run_nested(child: Frame) -> Any:
-    """A nested workflow: its own loop; `return` ends only it."""
-    try:
-        return await child.run_steps()
-    except Return as done:
-        return done.value
+async def _run_nested(child: Frame, step: Step) -> Any:
+    """A nested workflow: its own loop; `return` ends only it. A `workflow`
+    step's `on-error` and `timeout` are each child's own (Brooklyn's
+    CustomWorkflowStep): the handler runs inside the child, as a workflow-level
+    one, and a timeout fails the child without running it."""
+    if step.type != "workflow":
+        try:
+            return await child.run_steps()
+        except Return as done:
+            return done.value
+    on_error = step.on_error
+    if step.timeout is None:
+        output, _ = await run_workflow(child, on_error)
+        return output
+    finished, result = await within(
+        child.run, run_workflow(child, on_error), f"{child.path}:timeout", step.timeout
+    )
+    if not finished:
+        raise StepError(
+            "Timeout", f"the nested workflow of {step.label} timed out after {_span(step.timeout)}"
+        )
+    return result[0]
 
 
 async def _fan_out(
@@ -767,7 +845,7 @@ async def _fan_out(
         reduced = dict(expressions.interpolate(dict(reducing), scope))
         for position, item in enumerate(items):
             child: Frame = frame_for(position, item, reduced)
-            await _run_nested(child)
+            await _run_nested(child, step)
             reduced = {name: child.variables.get(name) for name in reduced}
         frame.variables.update(copy.deepcopy(reduced))
         return reduced, None
@@ -781,7 +859,7 @@ async def _fan_out(
         while position < len(items) or running:
             while position < len(items) and len(running) < limit:
                 running[position] = frame.run.spawn(
-                    _run_nested(frame_for(position, items[position], {}))
+                    _run_nested(frame_for(position, items[position], {}), step)
                 )
                 position += 1
             finished = await first_of(*(task.future for task in running.values()))

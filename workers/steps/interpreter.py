@@ -25,8 +25,8 @@ from sdk.events import Event
 from sdk.testing import check_decisions
 from workers.steps import definition as definitions
 from workers.steps import expressions
-from workers.steps.errors import Jump, Replay, Return, StepError
-from workers.steps.executor import Frame, Run, locks_unsupported, within
+from workers.steps.errors import Jump, StepError
+from workers.steps.executor import Frame, Run, locks_unsupported, run_workflow, within
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
 from workers.steps.runtime import Cancelled, Scheduler, Task
@@ -141,7 +141,8 @@ def check_history(
 
 def _check(commands: list[Decision], history: Sequence[Event], completed_id: int) -> None:
     recorded = [e for e in history if e.get("decider_completed_event_id") == completed_id]
-    check_decisions(commands, recorded, completed_id)
+    # Deep: the step markers, timer durations and the outcome must match too.
+    check_decisions(commands, recorded, completed_id, deep=True)
 
 
 class Interpreter:
@@ -204,33 +205,12 @@ class Interpreter:
 
     async def _steps(self, top: Frame) -> Any:
         definition = self.definition
-        start, resume = 0, False
-        while True:
-            try:
-                output = await top.run_steps(start, resume)
-                break
-            except Return as done:
-                return done.value
-            except Jump as jump:
-                raise StepError("StepNotFound", f"no step with id {jump.target!r}") from None
-            except StepError as error:
-                if not definition.on_error:
-                    raise
-                try:
-                    output, target = await top.handle_error(definition.on_error, error, "workflow")
-                except Replay as replay:
-                    start, resume = top.resolve_replay(replay)
-                    continue
-                except Return as done:
-                    return done.value
-                if target is None or target == "exit":
-                    return output
-                if target == "end":
-                    break
-                found = top.index_of(target)
-                if found is None:
-                    raise StepError("StepNotFound", f"no step with id {target!r}") from None
-                start, resume = found, False
+        try:
+            output, ended = await run_workflow(top, definition.on_error)
+        except Jump as jump:
+            raise StepError("StepNotFound", f"no step with id {jump.target!r}") from None
+        if ended:
+            return output
         if definition.has_output:
             scope = StepScope(top, "workflow", output=output)
             try:
