@@ -254,6 +254,13 @@ _RECORDED = {
     "StartTimer": (("TimerScheduled", "TimerScheduleFailed"), "timer_id"),
     "CancelTimer": (("TimerCanceled", "TimerCancelFailed"), "timer_id"),
     "RecordMarker": (("Marker", "MarkerFailed"), "marker_name"),
+    "RequestLock": (("LockRequested", "RequestLockFailed"), "lock_name"),
+    "ReleaseLock": (("LockReleased", "ReleaseLockFailed"), "lock_name"),
+    "StartChildWorkflow": (("ChildWorkflowStarted", "StartChildWorkflowFailed"), "workflow_id"),
+    "SignalExternalWorkflow": (
+        ("ExternalWorkflowSignaled", "SignalExternalWorkflowFailed"),
+        "workflow_id",
+    ),
     "CompleteWorkflow": (("WorkflowSuccess", "WorkflowCloseFailed"), ""),
     "FailWorkflow": (("WorkflowFailed", "WorkflowCloseFailed"), ""),
     "CancelWorkflow": (("WorkflowCanceled", "WorkflowCloseFailed"), ""),

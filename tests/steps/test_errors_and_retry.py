@@ -461,3 +461,36 @@ async def test_workflow_timeout_fails_the_run(client: AsyncClient) -> None:
     )
     # a workflow timeout skips the workflow's on-error
     assert out.reason == "Timeout"
+
+
+async def test_an_input_that_does_not_resolve_is_handled_by_the_steps_on_error(
+    client: AsyncClient,
+) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: log hello
+            input: {who: "${nobody}"}
+            on-error:
+              - return ${error.type} in ${error.step}
+        """,
+    )
+    assert out.result == "ExpressionError in step 1"
+
+
+async def test_steps_that_loop_without_waiting_fail_the_run_instead_of_the_decider(
+    client: AsyncClient,
+) -> None:
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - id: again
+            step: fail message still broken
+        on-error:
+          - goto again
+        """,
+    )
+    assert out.reason == "StepLimit"
+    assert "loop" in out.details["message"]

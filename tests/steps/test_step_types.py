@@ -440,24 +440,6 @@ async def test_unhandled_expression_error_fails_the_workflow(client: AsyncClient
     assert "nope" in out.details["message"]
 
 
-async def test_a_lock_is_refused_until_the_lock_service_exists(client: AsyncClient) -> None:
-    on_workflow = await run_steps(client, "lock: quota\nsteps:\n  - return done\n")
-    assert on_workflow.reason == "Unsupported"
-    nested = await run_steps(
-        client,
-        """
-        steps:
-          - type: workflow
-            lock: quota
-            steps:
-              - return inside
-          - return after
-        """,
-    )
-    assert nested.reason == "Unsupported"
-    assert "lock" in nested.details["message"]
-
-
 async def test_http_calls_a_real_server(client: AsyncClient, http_server: str) -> None:
     out = await run_steps(
         client,

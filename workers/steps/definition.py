@@ -103,6 +103,7 @@ from typing import Any
 import yaml
 from yaml.constructor import SafeConstructor
 
+from sdk import retention
 from sdk.durations import parse_duration
 from workers.steps import retrying
 from workers.steps.model import RESERVED_IDS, Definition, Param, Step
@@ -577,6 +578,11 @@ def _retention(node: yaml.Node) -> str:
     text = (_text(node, "retention") or "").strip()
     if not text:
         raise _Invalid(_line(node), "`retention` must not be empty")
+    if "${" not in text:  # with an expression (a `hash ${…}`), checked when it runs
+        try:
+            retention.parse(text)
+        except retention.RetentionError as exc:
+            raise _Invalid(_line(node), str(exc)) from None
     return text
 
 

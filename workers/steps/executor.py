@@ -21,6 +21,7 @@ from typing import Any
 
 import structlog
 
+from sdk import retention
 from sdk.durations import parse_duration
 from workers.steps import conditions, expressions, retrying, transforms
 from workers.steps.errors import FlowSignal, Jump, Replay, Return, StepError
@@ -40,6 +41,10 @@ from workers.steps.scope import StepScope
 log = structlog.get_logger("weft.steps")
 
 START = -1  # the replay point before the first step
+MAX_STARTS_PER_TASK = 10_000
+"""Step starts allowed in one decision task: more, and the steps are looping
+without waiting on anything (a handler that jumps back to a step that fails at
+once); the run fails instead of its decider spinning for ever."""
 _TIMEOUT_KEYS = ("schedule_to_start", "start_to_close", "schedule_to_close", "heartbeat")
 
 
@@ -64,6 +69,8 @@ class Run:
         self.input: dict[str, Any] = {}
         self.step_records: dict[str, dict[str, Any]] = {}
         self.retry_records: dict[str, list[datetime]] = {}
+        self.starts = 0
+        """Step starts in the decision task being decided (see MAX_STARTS_PER_TASK)."""
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> Task:
         return self.scheduler.spawn(coro)
@@ -188,19 +195,26 @@ class Frame:
                 raise StepError("ExpressionError", _msg(exc), step=step.label) from None
             if not met:
                 return None
-        entry = self._start(index, step, resumed)
+        entry: Entry | None = None
         try:
+            # An input that does not resolve is the step's error too, for its on-error.
+            entry = self._start(index, step, resumed)
             output, target = await self._body_with_timeout(step, entry)
         except StepError as error:
             if not error.step:
                 error.step = step.label
-            if not step.on_error or _runs_nested_workflows(step):
+            if not step.on_error or (entry is not None and _runs_nested_workflows(step)):
                 # Brooklyn: a nested workflow's `on-error` is each child's own,
                 # applied inside it (`_run_nested`), never to the step.
                 raise
-            output, target = await self.handle_error(step.on_error, error, entry.key)
+            key = entry.key if entry is not None else f"{self.path}{index}.{self.visits[index]}"
+            output, target = await self.handle_error(step.on_error, error, key)
             if target == "exit":
                 target = None
+        if entry is None:
+            # Handled before the step started: what it has is its handler's.
+            self.previous_output = output
+            return target or step.next
         if step.has_output:
             scope = StepScope(self, entry.key, entry.input, output=output)
             try:
@@ -218,6 +232,14 @@ class Frame:
     def _start(self, index: int, step: Step, resumed: Entry | None) -> Entry:
         """Record the step start: key, replay-point changes, variables as at
         entry (restored when resuming) and resolved input, in a `step` marker."""
+        self.run.starts += 1
+        if self.run.starts > MAX_STARTS_PER_TASK:
+            raise StepError(
+                "StepLimit",
+                f"more than {MAX_STARTS_PER_TASK} steps started in one decision task"
+                " without waiting on anything: the steps loop",
+                step=step.label,
+            )
         count = self.visits.get(index, 0) + 1
         self.visits[index] = count
         key = f"{self.path}{index}.{count}"
@@ -761,12 +783,48 @@ async def _workflow(
 ) -> tuple[Any, str | None]:
     args = step.args
     setting = args.get("setting")
+    if setting == "retention":
+        record_retention(frame.run, args.get("retention"), scope)
     if setting:
-        # `workflow replayable …` is applied at the step start; `workflow
-        # retention …` is recorded in the step marker for the purge job.
+        # `workflow replayable …` was applied at the step start.
         return frame.previous_output, None
     if args.get("lock"):
-        raise locks_unsupported()
+        # The lock is held for the whole block: every target, the block's own
+        # on-error, and its timeout (which starts once the lock is held).
+        name = lock_name(args["lock"], scope)
+        await frame.run.ops.lock(name)
+        try:
+            return await _nested_body(frame, step, entry, scope)
+        finally:
+            frame.run.ops.release_lock(name)
+    return await _nested_body(frame, step, entry, scope)
+
+
+def lock_name(value: Any, scope: StepScope) -> str:
+    """`lock: NAME` or `lock: {name, scope}` (a key of both parts), resolved."""
+    resolved = expressions.interpolate(value, scope)
+    if isinstance(resolved, Mapping):
+        name = str(resolved.get("name", ""))
+        part = resolved.get("scope")
+        return f"{name}:{part}" if part not in (None, "") else name
+    return str(resolved)
+
+
+def record_retention(run: Run, text: Any, scope: StepScope) -> None:
+    """Tell the service the run's retention policy: a `retention` marker, which it
+    reads (STEPS.md "Retention"); `context` there means the policy before."""
+    policy = str(expressions.interpolate(text, scope))
+    try:
+        retention.parse(policy)
+    except retention.RetentionError as exc:
+        raise StepError("ExpressionError", str(exc)) from None
+    run.ops.marker("retention", {"retention": policy})
+
+
+async def _nested_body(
+    frame: Frame, step: Step, entry: Entry, scope: StepScope
+) -> tuple[Any, str | None]:
+    args = step.args
     body = tuple(args.get("steps", ()))
     if not args.get("has_target"):
         child = Frame(
@@ -971,18 +1029,37 @@ async def _schedule(
     return await future
 
 
-async def _unsupported(
+# -- steps that talk to other workflows -----------------------------------------------------
+
+
+async def _signal(
     frame: Frame, step: Step, entry: Entry, scope: StepScope
 ) -> tuple[Any, str | None]:
-    raise StepError(
-        "Unsupported", f"the {step.type} step needs cross-workflow support, not yet available"
+    args = step.args
+    target = str(expressions.interpolate(args.get("workflow_id"), scope))
+    name = str(expressions.interpolate(args.get("name"), scope))
+    value = expressions.interpolate(args.get("value"), scope)
+    await frame.run.ops.signal_workflow(target, name, value)
+    return frame.previous_output, None
+
+
+async def _child(
+    frame: Frame, step: Step, entry: Entry, scope: StepScope
+) -> tuple[Any, str | None]:
+    args = step.args
+    ops = frame.run.ops
+    # Unique to this run and this start of the step: a replayed or continued run
+    # starts children of its own.
+    child_id = f"{ops.workflow_id}/{ops.run_id[:8]}/{entry.key}"
+    task_list = args.get("task_list")
+    result = await ops.child(
+        child_id,
+        str(expressions.interpolate(args["workflow_type"], scope)),
+        entry.input if step.input else None,
+        version=str(args.get("version") or ""),
+        task_list=str(expressions.interpolate(task_list, scope)) if task_list else "",
     )
-
-
-def locks_unsupported() -> StepError:
-    # Running the block without the lock would break the mutual exclusion the
-    # author asked for: refuse instead, until the service grants locks.
-    return StepError("Unsupported", "`lock:` needs the lock service, not yet available")
+    return result, None
 
 
 _BODIES: dict[str, Any] = {
@@ -1005,8 +1082,8 @@ _BODIES: dict[str, Any] = {
     "activity": _activity,
     "http": _http,
     "shell": _shell,
-    "signal": _unsupported,
-    "child": _unsupported,
+    "signal": _signal,
+    "child": _child,
 }
 
 

@@ -26,7 +26,7 @@ from sdk.testing import check_decisions
 from workers.steps import definition as definitions
 from workers.steps import expressions
 from workers.steps.errors import Jump, StepError
-from workers.steps.executor import Frame, Run, locks_unsupported, run_workflow, within
+from workers.steps.executor import Frame, Run, lock_name, record_retention, run_workflow, within
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
 from workers.steps.runtime import Cancelled, Scheduler, Task
@@ -160,6 +160,7 @@ class Interpreter:
         ops = self.ops
         ops.now = started.timestamp
         ops.replaying = replaying
+        self.run.starts = 0
         for event in events:
             if event.type == "WorkflowStarted":
                 self._start(event)
@@ -182,8 +183,6 @@ class Interpreter:
 
     async def _main(self, given: Any) -> Any:
         definition = self.definition
-        if definition.lock:
-            raise locks_unsupported()
         self.run.input = _workflow_input(definition, given)
         top = Frame(
             self.run,
@@ -192,6 +191,13 @@ class Interpreter:
             input=self.run.input,
             replay_from_start=definition.replayable == "from start",
         )
+        scope = StepScope(top, "workflow")
+        if definition.retention:
+            record_retention(self.run, definition.retention, scope)
+        if definition.lock:
+            # Held until the run closes (the service releases it with the close):
+            # the timeout starts once it is held, and on-error runs with it.
+            await self.ops.lock(lock_name(definition.lock, scope))
         if definition.timeout is None:
             return await self._steps(top)
         finished, result = await within(

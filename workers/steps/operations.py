@@ -37,6 +37,9 @@ class RunOperations:
         self._timers: dict[str, Future] = {}
         self._signals: dict[str, deque[Any]] = defaultdict(deque)
         self._waiters: dict[str, deque[Future]] = defaultdict(deque)
+        self._locks: dict[str, Future] = {}
+        self._children: dict[str, Future] = {}
+        self._sends: dict[tuple[str, str], deque[Future]] = defaultdict(deque)
 
     # -- decisions ----------------------------------------------------------------------
 
@@ -97,6 +100,57 @@ class RunOperations:
         waiters.append(future)
         return future
 
+    def lock(self, name: str) -> Future:
+        """Ask for a lock; resolved once the run holds it (`LockAcquired`). Cancelled
+        while it waits, the request is withdrawn."""
+        future = Future(on_cancel=lambda: self.release_lock(name))
+        self._locks[name] = future
+        self.command("RequestLock", lock_name=name)
+        return future
+
+    def release_lock(self, name: str) -> None:
+        self._locks.pop(name, None)
+        self.command("ReleaseLock", lock_name=name)
+
+    def child(
+        self,
+        workflow_id: str,
+        workflow_type: str,
+        input: Any,
+        *,
+        version: str = "",
+        task_list: str = "",
+        parent_close_policy: str = "terminate",
+    ) -> Future:
+        """Start a child workflow; resolved with its result when it succeeds."""
+        future = Future()  # a child is not stopped by abandoning the step: its policy applies
+        self._children[workflow_id] = future
+        self.command(
+            "StartChildWorkflow",
+            workflow_id=workflow_id,
+            workflow_type=workflow_type,
+            version=version,
+            input=input,
+            task_list=task_list,
+            execution_timeout=None,
+            decider_timeout=None,
+            parent_close_policy=parent_close_policy,
+        )
+        return future
+
+    def signal_workflow(self, workflow_id: str, name: str, input: Any) -> Future:
+        """Signal another workflow; resolved once the service appended it there."""
+        future = Future()
+        self._sends[(workflow_id, name)].append(future)
+        self.command(
+            "SignalExternalWorkflow",
+            workflow_id=workflow_id,
+            run_id="",
+            signal_name=name,
+            input=input,
+        )
+        return future
+
     def marker(self, name: str, details: Any) -> None:
         self.command("RecordMarker", marker_name=name, details=details)
 
@@ -134,6 +188,33 @@ class RunOperations:
             if timer is not None:
                 cause = event.get("cause", "")
                 timer.set_error(StepError("TimerFailed", f"timer refused: {cause}"))
+        elif kind == "LockAcquired":
+            held = self._locks.get(str(event.get("lock_name", "")))
+            if held is not None:
+                held.set_result(None)
+        elif kind == "RequestLockFailed":
+            name = str(event.get("lock_name", ""))
+            refused = self._locks.pop(name, None)
+            if refused is not None:
+                cause = event.get("cause", "")
+                refused.set_error(StepError("LockFailed", f"lock {name!r} refused: {cause}"))
+        elif kind in _CHILD_OUTCOMES:
+            self._child_outcome(event)
+        elif kind in ("ExternalWorkflowSignaled", "SignalExternalWorkflowFailed"):
+            key = (str(event.get("workflow_id", "")), str(event.get("signal_name", "")))
+            sends = self._sends[key]
+            if sends:
+                sent = sends.popleft()
+                if kind == "ExternalWorkflowSignaled":
+                    sent.set_result(None)
+                else:
+                    sent.set_error(
+                        StepError(
+                            "SignalFailed",
+                            f"no open run of workflow {key[0]!r} to signal",
+                            {"cause": event.get("cause", "")},
+                        )
+                    )
         elif kind == "Signal":
             name = str(event.get("signal_name", ""))
             waiters = self._waiters[name]
@@ -141,6 +222,31 @@ class RunOperations:
                 waiters.popleft().set_result(event.get("input"))
             else:
                 self._signals[name].append(event.get("input"))
+
+    def _child_outcome(self, event: Event) -> None:
+        workflow_id = str(event.get("workflow_id", ""))
+        future = self._children.get(workflow_id)
+        if future is None:
+            return
+        kind = event.type
+        if kind == "ChildWorkflowSuccess":
+            future.set_result(event.get("result"))
+        elif kind == "StartChildWorkflowFailed":
+            cause = event.get("cause", "")
+            future.set_error(
+                StepError(
+                    "ChildStartFailed",
+                    f"child {workflow_id} could not start: {cause}",
+                    {"cause": cause},
+                )
+            )
+        else:
+            how = kind.removeprefix("ChildWorkflow")  # Failed, TimedOut, Canceled, Terminated
+            details = {"reason": event.get("reason"), "details": event.get("details")}
+            reason = f": {event.get('reason')}" if event.get("reason") else ""
+            future.set_error(
+                StepError(f"Child{how}", f"child {workflow_id} {how.lower()}{reason}", details)
+            )
 
     def _fail_activity(self, activity_id: str, error: StepError) -> None:
         future = self._activities.get(activity_id)
@@ -155,6 +261,18 @@ _ACTIVITY_OUTCOMES = frozenset(
         "ActivityTimedOut",
         "ActivityScheduledTimeout",
         "ActivityCanceled",
+    }
+)
+
+
+_CHILD_OUTCOMES = frozenset(
+    {
+        "ChildWorkflowSuccess",
+        "ChildWorkflowFailed",
+        "ChildWorkflowTimedOut",
+        "ChildWorkflowCanceled",
+        "ChildWorkflowTerminated",
+        "StartChildWorkflowFailed",
     }
 )
 
