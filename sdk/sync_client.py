@@ -203,6 +203,29 @@ class Client:
     def describe_namespace(self, name: str) -> NamespaceInfo:
         return self.run(self.aio.describe_namespace(name))
 
+    def request_replay(
+        self,
+        workflow_id: str,
+        mode: Literal["resuming", "from", "from_start", "last"],
+        *,
+        step: str = "",
+        force: bool = False,
+        point: Any = None,
+        run_id: str = "",
+        reason: str = "",
+    ) -> tuple[str, bool]:
+        return self.run(
+            self.aio.request_replay(
+                workflow_id,
+                mode,
+                step=step,
+                force=force,
+                point=point,
+                run_id=run_id,
+                reason=reason,
+            )
+        )
+
     def list_locks(self, name: str = "") -> list[LockInfo]:
         return self.run(self.aio.list_locks(name))
 

@@ -16,7 +16,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import click
 
-from orchestrator.cli import locks_cmd, server_cmd, worker_cmds, workflow_cmds
+from orchestrator.cli import locks_cmd, replay_cmd, server_cmd, worker_cmds, workflow_cmds
 from orchestrator.cli.errors import EXIT_USAGE, one_line
 
 
@@ -34,7 +34,12 @@ def cli(ctx: click.Context, debug: bool) -> None:
 
 
 cli.add_command(server_cmd.server)
-for command in (*workflow_cmds.COMMANDS, *locks_cmd.COMMANDS, *worker_cmds.COMMANDS):
+for command in (
+    *workflow_cmds.COMMANDS,
+    *replay_cmd.COMMANDS,
+    *locks_cmd.COMMANDS,
+    *worker_cmds.COMMANDS,
+):
     cli.add_command(command)
 
 

@@ -71,6 +71,7 @@ class Run:
         self.retry_records: dict[str, list[datetime]] = {}
         self.starts = 0
         """Step starts in the decision task being decided (see MAX_STARTS_PER_TASK)."""
+        self.automatic_replays: dict[str, int] = {}
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> Task:
         return self.scheduler.spawn(coro)
@@ -464,14 +465,16 @@ def _runs_nested_workflows(step: Step) -> bool:
     return step.type == "workflow" and not step.args.get("setting")
 
 
-async def run_workflow(top: Frame, on_error: Sequence[Step]) -> tuple[Any, bool]:
+async def run_workflow(
+    top: Frame, on_error: Sequence[Step], start: int = 0, resume: bool = False
+) -> tuple[Any, bool]:
     """Run a workflow's steps under its workflow-level `on-error`: a handled
     error ends the workflow with the handler's output unless the handler
     jumped (the loop continues there) or replayed. Answers the output and
     whether the workflow ended early (a `return`, or a handler that did not
     jump), so that the workflow's `output:` does not apply. A jump to an id
-    the workflow does not have raises `Jump`."""
-    start, resume = 0, False
+    the workflow does not have raises `Jump`. `start`/`resume`: where an operator's
+    replay goes on."""
     while True:
         try:
             return await top.run_steps(start, resume), False
@@ -1026,7 +1029,31 @@ async def _schedule(
         task_list=str(expressions.interpolate(task_list, scope)) if task_list else "",
         timeouts=dict(timeouts),
     )
-    return await future
+    try:
+        return await future
+    except StepError as error:
+        if _replays_by_itself(frame, step, error):
+            # `replayable: automatically`: the runner vanished (its activity timed
+            # out start-to-close or by heartbeat), so replay resuming: the step
+            # again if idempotent, else from the last replay point.
+            raise Replay("resume") from None
+        raise
+
+
+MAX_AUTOMATIC_REPLAYS = 10
+"""Automatic replays of one step, after which its timeout is its error."""
+
+
+def _replays_by_itself(frame: Frame, step: Step, error: StepError) -> bool:
+    run = frame.run
+    if run.definition.replayable != "automatically" or error.type != "ActivityTimedOut":
+        return False
+    details = error.details if isinstance(error.details, dict) else {}
+    if details.get("timeout_type") not in ("START_TO_CLOSE", "HEARTBEAT"):
+        return False
+    place = _retry_hash(frame, step)  # the step's place, whatever its visit
+    run.automatic_replays[place] = run.automatic_replays.get(place, 0) + 1
+    return run.automatic_replays[place] <= MAX_AUTOMATIC_REPLAYS
 
 
 # -- steps that talk to other workflows -----------------------------------------------------

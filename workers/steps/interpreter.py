@@ -29,6 +29,7 @@ from workers.steps.errors import Jump, StepError
 from workers.steps.executor import Frame, Run, lock_name, record_retention, run_workflow, within
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
+from workers.steps.points import ReplayPoint
 from workers.steps.runtime import Cancelled, Scheduler, Task
 from workers.steps.scope import StepScope
 
@@ -155,6 +156,10 @@ class Interpreter:
         self.run = Run(definition, self.ops, self.scheduler)
         self.main: Task | None = None
         self.close: Decision | None = None
+        self.top: Frame | None = None
+        """The workflow's frame as it stands (the latest, after a replay)."""
+        self.given: Any = None
+        self.began = False
 
     def advance(self, events: list[Event], started: Event, *, replaying: bool) -> list[Decision]:
         ops = self.ops
@@ -166,6 +171,8 @@ class Interpreter:
                 self._start(event)
             elif event.type == "WorkflowCancelRequested" and self.main is not None:
                 self.main.cancel()
+            elif event.type == "ReplayRequested":
+                self._replay(event)
             else:
                 ops.deliver(event)
         self.scheduler.run()
@@ -177,31 +184,53 @@ class Interpreter:
     def _start(self, event: Event) -> None:
         if not self.ops.workflow_id:
             self.ops.workflow_id = str(event.get("workflow_id", ""))
-        self.main = self.scheduler.spawn(self._main(event.get("input")))
+        self.given = event.get("input")
+        self.main = self.scheduler.spawn(self._main(self.given))
+
+    def _replay(self, event: Event) -> None:
+        """An operator's replay (`weft replay`): abandon what runs (its activities and
+        timers get their cancel decisions) and go on from the point the request
+        carries, resolved from this history by `workers.steps.replay.resolve`. The
+        new path's steps are keyed apart (`r<event id>/…`), so nothing of the
+        abandoned one can answer them."""
+        point = ReplayPoint.from_json(event.get("point"))
+        if self.main is not None:
+            self.main.cancel()
+        self.main = self.scheduler.spawn(
+            self._main(self.given, point=point, prefix=f"r{event.event_id}/")
+        )
 
     # -- the workflow -------------------------------------------------------------------
 
-    async def _main(self, given: Any) -> Any:
+    async def _main(self, given: Any, point: ReplayPoint | None = None, prefix: str = "") -> Any:
         definition = self.definition
         self.run.input = _workflow_input(definition, given)
-        top = Frame(
+        top = self.top = Frame(
             self.run,
             definition.steps,
-            "",
+            prefix,
             input=self.run.input,
             replay_from_start=definition.replayable == "from start",
         )
         scope = StepScope(top, "workflow")
-        if definition.retention:
+        first, self.began = not self.began, True
+        if first and definition.retention:
             record_retention(self.run, definition.retention, scope)
         if definition.lock:
             # Held until the run closes (the service releases it with the close):
-            # the timeout starts once it is held, and on-error runs with it.
-            await self.ops.lock(lock_name(definition.lock, scope))
+            # the timeout starts once it is held, and on-error runs with it. A
+            # replay in the run keeps it.
+            name = lock_name(definition.lock, scope)
+            if name not in self.ops.held:
+                await self.ops.lock(name)
+        start, resume = point.apply(top) if point is not None else (0, False)
         if definition.timeout is None:
-            return await self._steps(top)
+            return await self._steps(top, start, resume)
         finished, result = await within(
-            self.run, self._steps(top), "workflow:timeout", definition.timeout
+            self.run,
+            self._steps(top, start, resume),
+            f"{prefix}workflow:timeout",
+            definition.timeout,
         )
         if not finished:
             # Brooklyn: a workflow timeout skips the workflow's on-error (which
@@ -209,10 +238,10 @@ class Interpreter:
             raise StepError("Timeout", f"the workflow timed out after {definition.timeout}")
         return result
 
-    async def _steps(self, top: Frame) -> Any:
+    async def _steps(self, top: Frame, start: int = 0, resume: bool = False) -> Any:
         definition = self.definition
         try:
-            output, ended = await run_workflow(top, definition.on_error)
+            output, ended = await run_workflow(top, definition.on_error, start, resume)
         except Jump as jump:
             raise StepError("StepNotFound", f"no step with id {jump.target!r}") from None
         if ended:

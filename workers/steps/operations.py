@@ -38,6 +38,8 @@ class RunOperations:
         self._signals: dict[str, deque[Any]] = defaultdict(deque)
         self._waiters: dict[str, deque[Future]] = defaultdict(deque)
         self._locks: dict[str, Future] = {}
+        self.held: set[str] = set()
+        """Locks the run holds, from its LockAcquired / LockReleased events."""
         self._children: dict[str, Future] = {}
         self._sends: dict[tuple[str, str], deque[Future]] = defaultdict(deque)
 
@@ -110,6 +112,7 @@ class RunOperations:
 
     def release_lock(self, name: str) -> None:
         self._locks.pop(name, None)
+        self.held.discard(name)
         self.command("ReleaseLock", lock_name=name)
 
     def child(
@@ -189,9 +192,13 @@ class RunOperations:
                 cause = event.get("cause", "")
                 timer.set_error(StepError("TimerFailed", f"timer refused: {cause}"))
         elif kind == "LockAcquired":
-            held = self._locks.get(str(event.get("lock_name", "")))
-            if held is not None:
-                held.set_result(None)
+            name = str(event.get("lock_name", ""))
+            self.held.add(name)
+            waiting = self._locks.get(name)
+            if waiting is not None:
+                waiting.set_result(None)
+        elif kind == "LockReleased":
+            self.held.discard(str(event.get("lock_name", "")))
         elif kind == "RequestLockFailed":
             name = str(event.get("lock_name", ""))
             refused = self._locks.pop(name, None)
