@@ -16,8 +16,17 @@ REPO = Path(__file__).resolve().parent.parent
 class WorkerProcess:
     """One `weft runner|decider ARGS…` process, its output in a log file."""
 
-    def __init__(self, kind: str, args: list[str], address: str, log_dir: Path, name: str) -> None:
+    def __init__(
+        self,
+        kind: str,
+        args: list[str],
+        address: str,
+        log_dir: Path,
+        name: str,
+        env: dict[str, str] | None = None,
+    ) -> None:
         self.kind = kind
+        self.extra_env = env or {}
         self.args = args
         self.address = address
         self.name = name
@@ -26,6 +35,7 @@ class WorkerProcess:
 
     def start(self) -> WorkerProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+        env.update(self.extra_env)
         with self.log_path.open("wb") as log:
             self.proc = subprocess.Popen(
                 [
@@ -93,8 +103,9 @@ def spawn(
     kind: str,
     name: str,
     *args: str,
+    env: dict[str, str] | None = None,
 ) -> WorkerProcess:
     """Start `weft KIND ARGS…` against `node`; `workers` stops it at the end."""
-    worker = WorkerProcess(kind, list(args), node.address, log_dir, name).start()
+    worker = WorkerProcess(kind, list(args), node.address, log_dir, name, env).start()
     workers.append(worker)
     return worker

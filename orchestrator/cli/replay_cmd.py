@@ -15,12 +15,12 @@ from orchestrator.cli.params import json_option, server_options
 
 @click.command()
 @click.argument("workflow_id")
-@click.option("--resuming", "mode", flag_value="resuming", help="the current step again, if it can")
+@click.option("--resuming", is_flag=True, help="the current step again, if it can")
 @click.option(
     "--from", "from_step", metavar="STEP", help="the nearest replay point at or before STEP"
 )
-@click.option("--from-start", "mode", flag_value="from_start", help="from the start")
-@click.option("--last", "mode", flag_value="last", help="from the last replay point")
+@click.option("--from-start", is_flag=True, help="from the start")
+@click.option("--last", is_flag=True, help="from the last replay point")
 @click.option("--force", is_flag=True, help="skip the checks (not for `replayable: disabled`)")
 @click.option("--run-id", default="", help="this run (default: the open run, else the latest)")
 @click.option("--reason", default="", help="why, recorded with the request")
@@ -29,8 +29,10 @@ from orchestrator.cli.params import json_option, server_options
 @reports_errors
 def replay(
     workflow_id: str,
-    mode: str | None,
+    resuming: bool,
     from_step: str | None,
+    from_start: bool,
+    last: bool,
     force: bool,
     run_id: str,
     reason: str,
@@ -43,7 +45,8 @@ def replay(
     from workers.steps.definition import DefinitionError, parse
     from workers.steps.replay import ReplayRefused, resolve
 
-    chosen = [m for m in (mode, "from" if from_step else None) if m]
+    modes = {"resuming": resuming, "from": from_step is not None, "from_start": from_start}
+    chosen = [m for m, on in {**modes, "last": last}.items() if on]
     if len(chosen) != 1:
         fail("replay", "give one of --resuming, --from STEP, --from-start, --last", EXIT_USAGE)
     how = chosen[0]
