@@ -6,8 +6,7 @@ services; here each call is an activity so the example runs on one machine:
 
     weft decider --definitions examples/steps
     weft runner --task-list provisioning examples.approvals
-    weft start provision-vm --id vm-1 --input '{"owner": "ada", "size": "small"}'
-    weft result vm-1
+    weft start provision-vm --id vm-1 --input '{"owner": "ada", "size": "small"}' --wait
 
 Requests for `size: huge` are denied. State lives in the runner process (a
 request it never saw counts as decided), which is all a demo needs.
