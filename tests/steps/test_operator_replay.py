@@ -342,3 +342,109 @@ async def test_a_terminated_run_replays_from_the_start(client: AsyncClient) -> N
         await wait_until(lambda: _waits(client, out.workflow_id, 1))
         await client.signal(out.workflow_id, "go")
         assert await client.result(out.workflow_id) == 42
+
+
+resumable_calls = itertools.count(1)
+
+
+@activity(name="fussy-lookup")
+def fussy_lookup(job: dict[str, Any]) -> str:
+    if next(resumable_calls) == 1:
+        raise RuntimeError("lookup service down")
+    return f"found {job['key']}"
+
+
+async def test_a_failed_run_resumes_its_idempotent_step_or_goes_from_a_step(
+    client: AsyncClient,
+) -> None:
+    """Closed runs: --resuming reruns the failed (idempotent) step with its
+    recorded input in the new run; --from STEP on a later failed run goes to the
+    replay point before STEP."""
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - let key = k-${input.n}
+          - step: activity fussy-lookup
+            input: {key: "${key}"}
+            idempotent: yes
+          - return ${output}
+        """,
+        input={"n": 7},
+        activities=[fussy_lookup],
+    )
+    assert out.reason == "ActivityFailed"
+    from sdk import ActivityWorker, DeciderWorker
+    from workers.steps.interpreter import StepDecider
+
+    task_list = str(out.history[0].get("task_list"))
+    async with (
+        DeciderWorker(client, deciders=[], fallback=StepDecider(), task_lists=[task_list]),
+        ActivityWorker(client, activities=[fussy_lookup], task_lists=[task_list]),
+    ):
+        new_run, is_new = await operator_replay(client, out.workflow_id, "resuming")
+        assert is_new
+        assert await client.result(out.workflow_id) == "found k-7"
+    history = await client.history(out.workflow_id, run_id=new_run)
+    first = next(
+        e.attributes["details"]
+        for e in history
+        if e.type == "Marker" and e.attributes.get("marker_name") == "step"
+    )
+    assert (first["index"], first.get("resumed"), first["input"]) == (1, True, {"key": "k-7"})
+
+
+async def test_from_a_step_on_a_closed_run(client: AsyncClient) -> None:
+    async def during(c: AsyncClient, wid: str) -> None:
+        await wait_for_marker(c, wid, "wait")
+        await c.cancel(wid)
+
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: let x = 5
+            replayable: from here
+          - let y = ${x} * 2
+          - id: waiting
+            step: wait signal go
+          - return ${y}
+        """,
+        during=during,
+    )
+    assert out.error is not None  # canceled
+    from sdk import DeciderWorker
+    from workers.steps.interpreter import StepDecider
+
+    task_list = str(out.history[0].get("task_list"))
+    async with DeciderWorker(client, deciders=[], fallback=StepDecider(), task_lists=[task_list]):
+        with pytest.raises(ReplayRefused, match="no step 'elsewhere'"):
+            await operator_replay(client, out.workflow_id, "from", "elsewhere")
+        _, is_new = await operator_replay(client, out.workflow_id, "from", "waiting")
+        assert is_new
+        await wait_until(lambda: _waits(client, out.workflow_id, 1))
+        await client.signal(out.workflow_id, "go")
+        assert await client.result(out.workflow_id) == 10
+
+
+async def test_from_start_on_an_open_run(client: AsyncClient) -> None:
+    async def during(c: AsyncClient, wid: str) -> None:
+        await wait_for_marker(c, wid, "wait")
+        await operator_replay(c, wid, "from_start")
+        await wait_until(lambda: _waits(c, wid, 2))
+        await c.signal(wid, "go", 1)
+
+    out = await run_steps(
+        client,
+        """
+        replayable: from start
+        steps:
+          - let x = 1
+          - wait signal go
+          - return ${x} + ${output}
+        """,
+        during=during,
+    )
+    assert out.result == "1 + 1"
+    [request] = out.of("ReplayRequested")
+    assert out.steps()[-3]["key"] == f"r{request.event_id}/0.1"
