@@ -130,6 +130,11 @@ class AdminService(ServiceBase, ag.AdminServiceServicer):
             point=optional_payload(req, "point"),
         )
         request.check()
+        if request.point is None:
+            raise InvalidArgument(
+                "point is required: the replay point resolved from the run's history"
+                " (workers.steps.replay.resolve; `weft replay` does it)"
+            )
         row = await self._store.find_run(ns, req.execution.workflow_id, req.execution.run_id)
         replay.check_replayable(row.status)
         if row.status == "open":

@@ -135,6 +135,9 @@ async def test_what_cannot_be_replayed_is_refused(
         replay(failed, "from"),
         replay(failed, "last", step="x"),
         a.ReplayWorkflowRequest(mode="last"),
+        a.ReplayWorkflowRequest(  # no point: nothing resolved it
+            execution=c.WorkflowExecution(workflow_id=failed.workflow_id), mode="last"
+        ),
     ):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await admin.ReplayWorkflow(bad)
@@ -143,7 +146,7 @@ async def test_what_cannot_be_replayed_is_refused(
 
     with pytest.raises(grpc.aio.AioRpcError) as info:
         missing = a.ReplayWorkflowRequest(
-            execution=c.WorkflowExecution(workflow_id="nobody"), mode="last"
+            execution=c.WorkflowExecution(workflow_id="nobody"), mode="last", point=payload({})
         )
         await admin.ReplayWorkflow(missing)
     assert info.value.code() == grpc.StatusCode.NOT_FOUND

@@ -448,3 +448,15 @@ async def test_from_start_on_an_open_run(client: AsyncClient) -> None:
     assert out.result == "1 + 1"
     [request] = out.of("ReplayRequested")
     assert out.steps()[-3]["key"] == f"r{request.event_id}/0.1"
+
+
+async def test_a_replay_without_a_usable_point_fails_the_run_with_the_reason(
+    client: AsyncClient,
+) -> None:
+    async def during(c: AsyncClient, wid: str) -> None:
+        await wait_for_marker(c, wid, "wait")
+        await c.request_replay(wid, "last", point={"where": "somewhere"})
+
+    out = await run_steps(client, "steps:\n  - wait signal go\n", during=during)
+    assert out.reason == "ReplayError"
+    assert "no replay point" in out.details["message"]

@@ -193,9 +193,15 @@ class Interpreter:
         carries, resolved from this history by `workers.steps.replay.resolve`. The
         new path's steps are keyed apart (`r<event id>/…`), so nothing of the
         abandoned one can answer them."""
-        point = ReplayPoint.from_json(event.get("point"))
         if self.main is not None:
             self.main.cancel()
+        try:
+            point = ReplayPoint.from_json(event.get("point"))
+        except StepError as error:
+            # A request from a client that skipped `resolve`: the run fails
+            # with the reason rather than its decision tasks failing for ever.
+            self.main = self.scheduler.spawn(_raise(error))
+            return
         self.main = self.scheduler.spawn(
             self._main(self.given, point=point, prefix=f"r{event.event_id}/")
         )
@@ -265,6 +271,10 @@ class Interpreter:
         # A defect of the interpreter: fail the decision task, not the workflow,
         # so a fixed decider can still carry the run on.
         raise error
+
+
+async def _raise(error: StepError) -> Any:
+    raise error
 
 
 def _workflow_input(definition: Definition, given: Any) -> dict[str, Any]:
