@@ -9,11 +9,10 @@ from datetime import timedelta
 
 import grpc
 import pytest
-from sqlalchemy import create_engine, select, text
+from sqlalchemy import create_engine, select
 
 from orchestrator.server import Server
 from orchestrator.store import migrate
-from orchestrator.store.purge import PURGE_LOCK_KEY
 from orchestrator.store.rows import utcnow
 from orchestrator.store.schema import history_events, runs
 from sdk.api.weft.v1 import admin_pb2 as a
@@ -221,24 +220,3 @@ async def test_purged_runs_leave_no_history(
         )
     engine.dispose()
     assert left is None
-
-
-async def test_one_node_purges_at_a_time(
-    stub: sg.WorkflowServiceStub, admin: ag.AdminServiceStub, server: Server
-) -> None:
-    if server._store is None or not server._store.is_pg:
-        pytest.skip("PostgreSQL only: SQLite has one writer anyway")
-    wid = await closed_run(stub, unique("type"), "disabled")
-    engine = create_engine(migrate.sync_url(server.config.db_url))
-    with engine.connect() as other_node:
-        other_node.execute(text("SELECT pg_advisory_lock(:k)"), {"k": PURGE_LOCK_KEY})
-        busy = await admin.PurgeClosedRuns(a.PurgeClosedRunsRequest())
-        assert (busy.ran, busy.purged) == (False, 0)
-        other_node.execute(text("SELECT pg_advisory_unlock(:k)"), {"k": PURGE_LOCK_KEY})
-    engine.dispose()
-    done = await admin.PurgeClosedRuns(a.PurgeClosedRunsRequest())
-    assert done.ran and done.purged >= 1
-    with pytest.raises(grpc.aio.AioRpcError):
-        await stub.DescribeWorkflow(
-            s.DescribeWorkflowRequest(execution=c.WorkflowExecution(workflow_id=wid))
-        )
