@@ -199,10 +199,20 @@ class TaskService(ServiceBase):
             )
             if await self._open_run(ns, child.workflow_id) is not None:
                 open_workflows.add(child.workflow_id)
-        targets: dict[tuple[str, str], str | None] = {}
+        targets: dict[tuple[str, str], tuple[str, str]] = {}
+        limits = self._settings.limits
         for sig in signals:
             wid, run_id = sig.execution.workflow_id, sig.execution.run_id
-            targets[(wid, run_id)] = await self._open_run(ns, wid, run_id)
+            target = await self._open_run(ns, wid, run_id)
+            if target is None:
+                targets[(wid, run_id)] = ("", "UNKNOWN_EXTERNAL_WORKFLOW")
+                continue
+            state = await self._store.load_state(target)
+            full = (
+                state.signals >= limits.signals_per_run
+                or state.next_event_id > limits.events_per_run
+            )
+            targets[(wid, run_id)] = ("", "SIGNAL_LIMIT_EXCEEDED") if full else (target, "")
         return {
             "child_types": child_types,
             "child_run_ids": {child.workflow_id: str(uuid.uuid4()) for child in starts},

@@ -114,14 +114,17 @@ def signal_external(
 ) -> None:
     s = t.state
     wid, run_id = a.execution.workflow_id, a.execution.run_id
-    target = ctx.signal_targets.get((wid, run_id))
-    if target is None:
+    target, cause = ctx.signal_targets.get((wid, run_id), ("", "UNKNOWN_EXTERNAL_WORKFLOW"))
+    to_itself = target == s.run_id
+    if to_itself and s.signals >= ctx.limits.signals_per_run:
+        target, cause = "", "SIGNAL_LIMIT_EXCEEDED"
+    if not target:
         t.emit(
             h.SignalExternalWorkflowFailedAttributes(
                 workflow_id=wid,
                 run_id=run_id,
                 signal_name=a.signal_name,
-                cause="UNKNOWN_EXTERNAL_WORKFLOW",
+                cause=cause,
                 decider_completed_event_id=completed,
             )
         )
@@ -134,15 +137,13 @@ def signal_external(
             decider_completed_event_id=completed,
         )
     )
-    t.outbox.append(
-        OutboundSignal(
-            run_id=target,
-            signal_name=a.signal_name,
-            input=a.input if a.HasField("input") else None,
-            identity=f"workflow:{s.workflow_id}",
-            limits=ctx.limits,
-        )
-    )
+    payload = a.input if a.HasField("input") else None
+    identity = f"workflow:{s.workflow_id}"
+    if to_itself:
+        # Appended here, before a close later in the same answer can end the run.
+        external.signal(t, a.signal_name, payload, identity, ctx.limits)
+        return
+    t.outbox.append(OutboundSignal(target, a.signal_name, payload, identity, ctx.limits))
 
 
 def report_child_close(t: Transition, child: RunState, close: h.HistoryEvent) -> None:

@@ -71,9 +71,9 @@ class DecisionContext:
     """A new run id for each workflow id a StartChildWorkflow decision names."""
     open_workflows: frozenset[str] = frozenset()
     """Which of those workflow ids have an open run already."""
-    signal_targets: Mapping[tuple[str, str], str | None] = field(default_factory=dict)
-    """(workflow id, run id) of each SignalExternalWorkflow -> the open run it
-    reaches, or None when there is none."""
+    signal_targets: Mapping[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
+    """(workflow id, run id) of each SignalExternalWorkflow -> (the open run it
+    reaches, "") or ("", why it cannot: UNKNOWN_EXTERNAL_WORKFLOW, SIGNAL_LIMIT_EXCEEDED)."""
 
 
 def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> h.HistoryEvent:

@@ -23,11 +23,12 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.engine import children as family
 from orchestrator.engine import derived, external
 from orchestrator.engine import locks as lock_rules
-from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound
-from orchestrator.engine.events import CLOSE_EVENTS
+from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound, ResourceExhausted
+from orchestrator.engine.events import CHILD_CLOSES, CLOSE_EVENTS
 from orchestrator.engine.retention import SYSTEM_DEFAULT
 from orchestrator.engine.state import ChildState, RunKey, RunState
 from orchestrator.engine.transition import OutboundSignal, Transition
+from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, migrate, purge
 from .reads import StoreBase
@@ -104,6 +105,21 @@ _OPEN_RUN = select(runs.c.run_id).where(
     runs.c.status == "open",
 )
 _LOCK_NAME_XACT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+def _open_children(before: list[ChildState], events: list[h.HistoryEvent]) -> list[ChildState]:
+    """The children open as the run closed: those open before this transition, and
+    those it started, less those whose close it heard of."""
+    links = {link.workflow_id: link for link in before}
+    for e in events:
+        if e.type == "ChildWorkflowStarted":
+            a = e.child_workflow_started
+            links[a.workflow_id] = ChildState(
+                a.workflow_id, a.run_id, e.event_id, a.parent_close_policy
+            )
+        elif e.type in CHILD_CLOSES:
+            links.pop(getattr(e, e.WhichOneof("attributes") or "").workflow_id, None)
+    return list(links.values())
 
 
 def _receive(out: OutboundSignal, t: Transition) -> None:
@@ -624,7 +640,11 @@ class Store(StoreBase):
                 # It closed after the decision was read: the decider answers again
                 # (ABORTED is retried) and this time learns the signal failed.
                 raise Aborted(f"run {out.run_id} closed before the signal reached it")
-            await self._apply(conn, target, functools.partial(_receive, out), c, is_new=False)
+            try:
+                await self._apply(conn, target, functools.partial(_receive, out), c, is_new=False)
+            except ResourceExhausted as exc:
+                # It filled up after the decision was read: decide again (as above).
+                raise Aborted(f"run {out.run_id} cannot take the signal now: {exc}") from None
 
     async def _closed(
         self,
@@ -646,13 +666,16 @@ class Store(StoreBase):
                 await self._apply(
                     conn, parent, lambda tt: family.report_child_close(tt, s, close), c, False
                 )
-        for link in before_children:
+        for link in _open_children(before_children, t.events):
             if link.parent_close_policy == "abandon":
                 continue
             where = {"namespace": s.namespace, "workflow_id": link.workflow_id}
-            child_run = await conn.scalar(_OPEN_RUN, where)
-            if child_run is None:
-                continue
-            child = await self._lock_run(conn, child_run)
-            policy = functools.partial(family.apply_parent_close, parent=s, link=link)
-            await self._apply(conn, child, policy, c, is_new=False)
+            run_id = await conn.scalar(_OPEN_RUN, where)
+            while run_id:
+                child = await self._lock_run(conn, run_id)
+                if child.is_open:
+                    policy = functools.partial(family.apply_parent_close, parent=s, link=link)
+                    await self._apply(conn, child, policy, c, is_new=False)
+                    break
+                # It continued as new while we waited for its row: follow it.
+                run_id = child.continued_as_new_run_id

@@ -260,3 +260,27 @@ async def test_bad_child_and_signal_decisions_change_nothing(stub: sg.WorkflowSe
             await wf.decide(task, decision)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT
     assert await wf.types() == before
+
+
+async def test_a_child_started_in_the_closing_answer_gets_its_policy(
+    stub: sg.WorkflowServiceStub,
+) -> None:
+    parent = Driver(stub)
+    await parent.start()
+    child = Driver(stub)
+    await ask(parent, start_child(child.workflow_id, child.task_list), complete("bye"))
+    assert (await parent.types())[-1] == "WorkflowSuccess"
+    assert (await child.types())[-1] == "WorkflowTerminated"
+
+
+async def test_a_signal_to_itself_lands_before_the_close(stub: sg.WorkflowServiceStub) -> None:
+    wf = Driver(stub)
+    await wf.start()
+    await ask(wf, signal_to(wf.workflow_id, "note", {"n": 1}), complete())
+    types = await wf.types()
+    assert types[-4:] == [
+        "DeciderCompleted",
+        "ExternalWorkflowSignaled",
+        "Signal",
+        "WorkflowSuccess",
+    ]
