@@ -96,9 +96,34 @@ async def test_a_refused_lock_is_a_step_error(client: AsyncClient) -> None:
         """,
     )
     assert out.reason == "LockFailed"
-    assert "LOCK_ALREADY_HELD" in out.details["message"]
-    [failed] = out.of("RequestLockFailed")
-    assert failed.attributes["cause"] == "LOCK_ALREADY_HELD"
+    assert "holds lock 'same' already" in out.details["message"]
+
+
+async def test_blocks_of_one_run_take_a_lock_in_turn(client: AsyncClient) -> None:
+    """The service knows one holder per run: concurrent blocks of the run that
+    want the same lock hand it on inside the run, one at a time."""
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - step: foreach t in ${input.items}
+            concurrency: 3
+            do:
+              - type: workflow
+                lock: shared
+                input: {t: "${t}"}
+                steps:
+                  - sleep 10ms
+                  - return ${input.t}
+        """,
+        input={"items": ["a", "b", "c"]},
+    )
+    assert out.result == ["a", "b", "c"]
+    assert len(out.of("LockRequested")) == 1 and len(out.of("LockReleased")) == 1
+    assert not out.of("RequestLockFailed")
+    # One sleep at a time: each timer starts after the one before fired.
+    timers = [e for e in out.history if e.type in ("TimerScheduled", "TimerExpired")]
+    assert [e.type for e in timers] == ["TimerScheduled", "TimerExpired"] * 3
 
 
 @activity(name="family-echo")

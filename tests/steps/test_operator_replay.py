@@ -460,3 +460,32 @@ async def test_a_replay_without_a_usable_point_fails_the_run_with_the_reason(
     out = await run_steps(client, "steps:\n  - wait signal go\n", during=during)
     assert out.reason == "ReplayError"
     assert "no replay point" in out.details["message"]
+
+
+async def test_a_replay_keeps_a_blocks_lock_with_its_holder(client: AsyncClient) -> None:
+    async def during(c: AsyncClient, wid: str) -> None:
+        await wait_for_marker(c, wid, "wait")
+        await operator_replay(c, wid, "resuming")
+        await wait_until(lambda: _waits(c, wid, 2))
+        await c.signal(wid, "go")
+
+    out = await run_steps(
+        client,
+        """
+        steps:
+          - type: workflow
+            lock: keep-me
+            steps:
+              - wait signal go
+              - return inside
+          - return ${output}
+        """,
+        during=during,
+    )
+    assert out.result == "inside"
+    # Requested once, held through the replay, released once when the block ended.
+    assert len(out.of("LockRequested")) == 1
+    [released] = out.of("LockReleased")
+    [request] = out.of("ReplayRequested")
+    [signal] = out.of("Signal")
+    assert request.event_id < signal.event_id < released.event_id

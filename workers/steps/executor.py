@@ -72,6 +72,9 @@ class Run:
         self.starts = 0
         """Step starts in the decision task being decided (see MAX_STARTS_PER_TASK)."""
         self.automatic_replays: dict[str, int] = {}
+        self.generation = 0
+        """Counts operator replays in the run: a path they abandoned keeps its locks."""
+        self.workflow_lock = ""
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> Task:
         return self.scheduler.spawn(coro)
@@ -794,12 +797,18 @@ async def _workflow(
     if args.get("lock"):
         # The lock is held for the whole block: every target, the block's own
         # on-error, and its timeout (which starts once the lock is held).
+        run = frame.run
         name = lock_name(args["lock"], scope)
-        await frame.run.ops.lock(name)
+        if name == run.workflow_lock:
+            raise StepError("LockFailed", f"the workflow holds lock {name!r} already")
+        generation = run.generation
+        await run.ops.lock(name)
         try:
             return await _nested_body(frame, step, entry, scope)
         finally:
-            frame.run.ops.release_lock(name)
+            if run.generation == generation:
+                run.ops.release_lock(name)
+            # else a replay abandoned this path: the lock stays, for the new one.
     return await _nested_body(frame, step, entry, scope)
 
 

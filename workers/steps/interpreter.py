@@ -30,7 +30,7 @@ from workers.steps.executor import Frame, Run, lock_name, record_retention, run_
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
 from workers.steps.points import ReplayPoint
-from workers.steps.runtime import Cancelled, Scheduler, Task
+from workers.steps.runtime import Cancelled, Future, Scheduler, Task
 from workers.steps.scope import StepScope
 
 STEP_MARKER = "step"
@@ -160,6 +160,7 @@ class Interpreter:
         """The workflow's frame as it stands (the latest, after a replay)."""
         self.given: Any = None
         self.began = False
+        self.workflow_lock: Future | None = None
 
     def advance(self, events: list[Event], started: Event, *, replaying: bool) -> list[Decision]:
         ops = self.ops
@@ -193,6 +194,8 @@ class Interpreter:
         carries, resolved from this history by `workers.steps.replay.resolve`. The
         new path's steps are keyed apart (`r<event id>/…`), so nothing of the
         abandoned one can answer them."""
+        self.run.generation += 1
+        self.ops.abandon_locks(keep=self.run.workflow_lock)
         if self.main is not None:
             self.main.cancel()
         try:
@@ -226,9 +229,12 @@ class Interpreter:
             # Held until the run closes (the service releases it with the close):
             # the timeout starts once it is held, and on-error runs with it. A
             # replay in the run keeps it.
-            name = lock_name(definition.lock, scope)
+            name = self.run.workflow_lock = lock_name(definition.lock, scope)
             if name not in self.ops.held:
-                await self.ops.lock(name)
+                if self.workflow_lock is None:
+                    self.workflow_lock = self.ops.lock(name)
+                # Waited on through a stand-in: a replay abandons the wait, not the request.
+                await _follow(self.workflow_lock)
         start, resume = point.apply(top) if point is not None else (0, False)
         if definition.timeout is None:
             return await self._steps(top, start, resume)
@@ -275,6 +281,20 @@ class Interpreter:
 
 async def _raise(error: StepError) -> Any:
     raise error
+
+
+def _follow(future: Future) -> Future:
+    """A future that settles as `future` does; cancelling it leaves `future` be."""
+    stand_in = Future()
+
+    def settle() -> None:
+        if future.error is not None:
+            stand_in.set_error(future.error)
+        else:
+            stand_in.set_result(future.result())
+
+    future.add_callback(settle)
+    return stand_in
 
 
 def _workflow_input(definition: Definition, given: Any) -> dict[str, Any]:

@@ -37,7 +37,12 @@ class RunOperations:
         self._timers: dict[str, Future] = {}
         self._signals: dict[str, deque[Any]] = defaultdict(deque)
         self._waiters: dict[str, deque[Future]] = defaultdict(deque)
-        self._locks: dict[str, Future] = {}
+        self._lock_requests: dict[str, Future] = {}
+        """The run's request to the service for each lock, by the block that made it."""
+        self._lock_queue: dict[str, deque[Future]] = defaultdict(deque)
+        """Blocks of this run waiting for a lock another of its blocks has (the
+        service knows one holder per run: the run hands the lock on inside)."""
+        self._adoptable: set[str] = set()
         self.held: set[str] = set()
         """Locks the run holds, from its LockAcquired / LockReleased events."""
         self._children: dict[str, Future] = {}
@@ -103,17 +108,52 @@ class RunOperations:
         return future
 
     def lock(self, name: str) -> Future:
-        """Ask for a lock; resolved once the run holds it (`LockAcquired`). Cancelled
-        while it waits, the request is withdrawn."""
-        future = Future(on_cancel=lambda: self.release_lock(name))
-        self._locks[name] = future
+        """A block's lock: resolved once the block may go on. The first block of the
+        run to want it asks the service (resolved on `LockAcquired`); others wait
+        their turn inside the run. A waiting block that is abandoned gives up its
+        place (the request passes to the next block, or is withdrawn)."""
+        if name in self._adoptable:
+            # Held by a path a replay abandoned: the new path takes it over.
+            self._adoptable.discard(name)
+            taken = Future()
+            taken.set_result(None)
+            return taken
+        if name in self._lock_requests:
+            queue = self._lock_queue[name]
+            behind = Future(on_cancel=lambda: _discard(queue, behind))
+            queue.append(behind)
+            return behind
+        future = Future(on_cancel=lambda: self._withdraw(name))
+        self._lock_requests[name] = future
         self.command("RequestLock", lock_name=name)
         return future
 
     def release_lock(self, name: str) -> None:
-        self._locks.pop(name, None)
+        """The block is done with the lock: the next block of the run gets it, or
+        the service is told."""
+        queue = self._lock_queue.get(name)
+        if queue:
+            queue.popleft().set_result(None)
+            return
+        self._lock_requests.pop(name, None)
         self.held.discard(name)
         self.command("ReleaseLock", lock_name=name)
+
+    def _withdraw(self, name: str) -> None:
+        queue = self._lock_queue.get(name)
+        if queue:
+            heir = queue.popleft()
+            heir.on_cancel(lambda: self._withdraw(name))
+            self._lock_requests[name] = heir
+            return
+        self._lock_requests.pop(name, None)
+        self.command("ReleaseLock", lock_name=name)
+
+    def abandon_locks(self, keep: str = "") -> None:
+        """A replay abandons the current path: the locks its blocks hold stay held
+        (STEPS.md: a replay keeps the lock with its holder), for the new path's
+        blocks to take over; `keep` is the workflow's own lock."""
+        self._adoptable = self.held - {keep}
 
     def child(
         self,
@@ -194,17 +234,19 @@ class RunOperations:
         elif kind == "LockAcquired":
             name = str(event.get("lock_name", ""))
             self.held.add(name)
-            waiting = self._locks.get(name)
+            waiting = self._lock_requests.get(name)
             if waiting is not None:
                 waiting.set_result(None)
         elif kind == "LockReleased":
             self.held.discard(str(event.get("lock_name", "")))
         elif kind == "RequestLockFailed":
             name = str(event.get("lock_name", ""))
-            refused = self._locks.pop(name, None)
-            if refused is not None:
-                cause = event.get("cause", "")
-                refused.set_error(StepError("LockFailed", f"lock {name!r} refused: {cause}"))
+            cause = event.get("cause", "")
+            error = StepError("LockFailed", f"lock {name!r} refused: {cause}")
+            refused = self._lock_requests.pop(name, None)
+            for waiting in (refused, *self._lock_queue.pop(name, ())):
+                if waiting is not None:
+                    waiting.set_error(error)
         elif kind in _CHILD_OUTCOMES:
             self._child_outcome(event)
         elif kind in ("ExternalWorkflowSignaled", "SignalExternalWorkflowFailed"):

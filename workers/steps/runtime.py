@@ -42,6 +42,10 @@ class Future:
             self.done, self._error = True, error
             self._fire()
 
+    def on_cancel(self, hook: Callable[[], None]) -> None:
+        """What abandoning it does from now on (a lock request changing hands)."""
+        self._on_cancel = hook
+
     def cancel(self) -> None:
         """Abandon the operation: its hook records the cancel decision."""
         if not self.done:
