@@ -10,7 +10,6 @@ import structlog
 from orchestrator.engine import locks as lock_rules
 from orchestrator.engine import replay, retention
 from orchestrator.engine.errors import (
-    AlreadyExists,
     FailedPrecondition,
     InvalidArgument,
     NotFound,
@@ -120,7 +119,8 @@ class AdminService(ServiceBase, ag.AdminServiceServicer):
         self, req: a.ReplayWorkflowRequest, ctx: Ctx
     ) -> a.ReplayWorkflowResponse:
         ns = validate.namespace(req.namespace)
-        validate.name("execution.workflow_id", req.execution.workflow_id)
+        limit = self._settings.limits.id_length
+        validate.name("execution.workflow_id", req.execution.workflow_id, limit)
         request = replay.ReplayRequest(
             mode=req.mode,
             step=req.step,
@@ -135,17 +135,18 @@ class AdminService(ServiceBase, ag.AdminServiceServicer):
                 "point is required: the replay point resolved from the run's history"
                 " (workers.steps.replay.resolve; `weft replay` does it)"
             )
+        replay.check_point(request.point)
         row = await self._store.find_run(ns, req.execution.workflow_id, req.execution.run_id)
         replay.check_replayable(row.status)
+        [first] = await self._store.read_history(row.key.run_id, 1, 1, 1)
+        if not first.workflow_started.definition:
+            raise FailedPrecondition(
+                f"workflow {row.key.workflow_id!r} is not a step workflow: only those replay"
+            )
         if row.status == "open":
             await self._store.transact(row.key.run_id, lambda t: replay.replay_in_place(t, request))
             new_run, run_id = False, row.key.run_id
         else:
-            if row.replayed_by_run_id:
-                raise AlreadyExists(
-                    f"run {row.key.run_id} was replayed already, by run {row.replayed_by_run_id}"
-                )
-            [first] = await self._store.read_history(row.key.run_id, 1, 1, 1)
             run_id, new_run = str(uuid.uuid4()), True
             await self._store.replay_closed(
                 row,

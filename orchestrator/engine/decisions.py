@@ -163,6 +163,8 @@ def validate_decisions(decisions: Sequence[d.Decision], limits: Limits) -> None:
                 raise InvalidArgument(
                     f"{where}: lock_name is longer than {locks.MAX_LOCK_NAME} characters"
                 )
+            if any(ord(ch) < 32 or ord(ch) == 127 for ch in lock_name):
+                raise InvalidArgument(f"{where}: lock_name contains control characters")
 
 
 def _check_id(where: str, name: str, value: str, limits: Limits) -> None:

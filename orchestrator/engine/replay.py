@@ -6,6 +6,7 @@ of a new run of the same workflow id."""
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 
 from sdk.api.weft.v1 import common_pb2 as c
@@ -52,6 +53,28 @@ class ReplayRequest:
 def replay_in_place(t: Transition, req: ReplayRequest) -> None:
     check_open(t.state)
     t.emit(req.event())
+
+
+def check_point(point: c.Payload | None) -> None:
+    """The point must be what `workers.steps.replay.resolve` makes: a JSON object
+    with the step `index` and whether to `resume` (the rest the interpreter reads)."""
+    try:
+        doc = json.loads(point.data) if point is not None and point.data else None
+    except ValueError:
+        doc = None
+    index = doc.get("index") if isinstance(doc, dict) else None
+    if (
+        not isinstance(doc, dict)
+        or not isinstance(index, int)
+        or isinstance(index, bool)
+        or index < 0
+        or not isinstance(doc.get("resume"), bool)
+    ):
+        raise InvalidArgument(
+            "point must be a JSON object with a step `index` (>= 0) and `resume`:"
+            " the replay point resolved from the run's history (workers.steps.replay.resolve;"
+            " `weft replay` does it)"
+        )
 
 
 def check_replayable(status: str) -> None:

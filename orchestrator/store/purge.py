@@ -20,11 +20,13 @@ from orchestrator.engine import retention
 from orchestrator.engine.state import RunState
 
 from .rows import aware
-from .schema import history_events, namespaces, request_ids, runs
+from .schema import history_events, namespaces, runs
 
 # pg_try_advisory_xact_lock key: one node purges at a time.
 PURGE_LOCK_KEY = 0x77656674_70757267  # "weftpurg"
 _BATCH = 1000
+MIN_AGE = 600.0
+"""Seconds a closed run is kept whatever its policy (but `disabled`) says."""
 
 
 @dataclass
@@ -37,13 +39,26 @@ class _Closed:
     policy: retention.Policy
 
 
-async def purge_pass(conn: AsyncConnection, is_pg: bool, now: datetime) -> int | None:
-    """Delete what the policies no longer keep, at most a batch; the number
-    deleted, or None if another node holds the purge lock."""
-    if is_pg and not await conn.scalar(
-        text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": PURGE_LOCK_KEY}
-    ):
-        return None
+async def take_purge_lock(conn: AsyncConnection) -> bool:
+    """PostgreSQL: whether this transaction may purge (no other node is)."""
+    return bool(
+        await conn.scalar(text("SELECT pg_try_advisory_xact_lock(:key)"), {"key": PURGE_LOCK_KEY})
+    )
+
+
+async def delete_runs(conn: AsyncConnection, doomed: list[str]) -> int:
+    """Delete closed runs with their history. Their request ids stay: a start
+    retried with one answers with the run it started, never a second run."""
+    if doomed:
+        await conn.execute(delete(history_events).where(history_events.c.run_id.in_(doomed)))
+        await conn.execute(delete(runs).where(runs.c.run_id.in_(doomed), runs.c.status != "open"))
+    return len(doomed)
+
+
+async def expired_runs(conn: AsyncConnection, now: datetime) -> list[str]:
+    """The closed runs their policy no longer keeps, at most a batch (read only).
+    A run closed less than MIN_AGE ago is kept whatever its policy says, unless
+    that is `disabled`, so that a client waiting for its result still finds it."""
     defaults = {
         r.name: retention.parse(r.retention).policy
         for r in await conn.execute(select(namespaces.c.name, namespaces.c.retention))
@@ -108,7 +123,10 @@ async def purge_pass(conn: AsyncConnection, is_pg: bool, now: datetime) -> int |
             if run.run_id in parents_of_open:
                 continue
             policy = await policy_of(run.run_id, run.namespace)
-            if not retention.keeps(policy, rank, stamp - run.closed_at, _filled_already):
+            age = stamp - run.closed_at
+            if age < MIN_AGE and not isinstance(policy, retention.Disabled):
+                continue
+            if not retention.keeps(policy, rank, age, _filled_already):
                 expired.add(run.run_id)
     # A child goes only with (or after) its parent.
     doomed = []
@@ -116,12 +134,7 @@ async def purge_pass(conn: AsyncConnection, is_pg: bool, now: datetime) -> int |
         parent_id = closed[rid].parent_run_id
         if not parent_id or parent_id in expired or not await _exists(conn, parent_id):
             doomed.append(rid)
-    doomed = doomed[:_BATCH]
-    if doomed:
-        await conn.execute(delete(history_events).where(history_events.c.run_id.in_(doomed)))
-        await conn.execute(delete(request_ids).where(request_ids.c.run_id.in_(doomed)))
-        await conn.execute(delete(runs).where(runs.c.run_id.in_(doomed)))
-    return len(doomed)
+    return doomed[:_BATCH]
 
 
 def _fill(

@@ -591,6 +591,13 @@ class Store(StoreBase):
             committed = Committed()
             async with self._write() as conn:
                 key = old.key
+                # Under the old run's lock: two replays of it cannot both pass.
+                await self._lock_run(conn, key.run_id)
+                done = await conn.scalar(
+                    select(runs.c.replayed_by_run_id).where(runs.c.run_id == key.run_id)
+                )
+                if done:
+                    raise AlreadyExists(f"run {key.run_id} was replayed already, by run {done}")
                 state = RunState.blank(RunKey(key.namespace, key.workflow_id, new_run_id))
                 await self._apply(conn, state, fn, committed, is_new=True)
                 await conn.execute(
@@ -611,12 +618,33 @@ class Store(StoreBase):
         """One retention pass (purge.py): runs deleted, or None if another node
         was purging."""
 
-        async def attempt() -> int | None:
-            async with self._write() as conn:
-                return await purge.purge_pass(conn, self.is_pg, now)
+        if self.is_pg:
 
-        out: int | None = await self._retrying(attempt)
-        return out
+            async def attempt() -> int | None:
+                # One transaction, under the purge lock: one node at a time.
+                async with self._write() as conn:
+                    if not await purge.take_purge_lock(conn):
+                        return None
+                    return await purge.delete_runs(conn, await purge.expired_runs(conn, now))
+
+            out: int | None = await self._retrying(attempt)
+            return out
+
+        # SQLite: plan in a read, so that writers are held up only by the delete.
+        async def plan() -> list[str]:
+            async with self._engine.connect() as conn:
+                found = await purge.expired_runs(conn, now)
+                await conn.commit()
+                return found
+
+        doomed: list[str] = await self._retrying(plan)
+
+        async def remove() -> int:
+            async with self._write() as conn:
+                return await purge.delete_runs(conn, doomed)
+
+        deleted: int = await self._retrying(remove)
+        return deleted
 
     async def register_namespace(self, name: str, retention_text: str, description: str) -> None:
         row = {

@@ -254,6 +254,7 @@ async def test_bad_child_and_signal_decisions_change_nothing(stub: sg.WorkflowSe
         d.Decision(start_child_workflow=d.StartChildWorkflowDecision(workflow_id="x")),
         signal_to("", "x"),
         signal_to("someone", ""),
+        start_child("kid", "tl", execution_timeout=dur(-5)),
     ]
     for decision in bad:
         with pytest.raises(grpc.aio.AioRpcError) as info:

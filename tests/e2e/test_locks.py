@@ -223,7 +223,7 @@ async def test_bad_lock_decisions_are_refused_or_fail(stub: sg.WorkflowServiceSt
     wf = await started(stub)
     task = await wf.poll_decision()
     before = await wf.types()
-    for bad in (request(""), request("x" * 256), release("")):
+    for bad in (request(""), request("x" * 256), release(""), request("bell\x07")):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await wf.decide(task, bad)
         assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT

@@ -29,14 +29,29 @@ async def admin(server: Server) -> ag.AdminServiceStub:
 def replay(
     wf: Driver, mode: str = "resuming", run_id: str = "", **fields: object
 ) -> a.ReplayWorkflowRequest:
+    fields.setdefault("point", payload({"index": 2, "resume": False}))
     return a.ReplayWorkflowRequest(
         execution=c.WorkflowExecution(workflow_id=wf.workflow_id, run_id=run_id),
         mode=mode,
         identity="ops@host",
         reason="try again",
-        point=payload({"step": 2}),
         **fields,
     )
+
+
+class StepRun(Driver):
+    """A run of a type registered with a step definition (the service only checks
+    that there is one: replays are for step workflows)."""
+
+    async def start(self, **fields: object) -> str:
+        await self.stub.RegisterWorkflowType(
+            s.RegisterWorkflowTypeRequest(
+                workflow_type=c.WorkflowType(name="order"),
+                default_task_list="orders",
+                definition="name: order\nsteps:\n  - return ok\n",
+            )
+        )
+        return await super().start(**fields)
 
 
 async def describe(wf: Driver, run_id: str = "") -> s.DescribeWorkflowResponse:
@@ -50,7 +65,7 @@ async def describe(wf: Driver, run_id: str = "") -> s.DescribeWorkflowResponse:
 async def test_an_open_run_replays_in_place(
     stub: sg.WorkflowServiceStub, admin: ag.AdminServiceStub
 ) -> None:
-    wf = Driver(stub)
+    wf = StepRun(stub)
     await wf.start()
     await wf.decide(await wf.poll_decision())
     resp = await admin.ReplayWorkflow(replay(wf, "from", step="check", force=True))
@@ -64,14 +79,14 @@ async def test_an_open_run_replays_in_place(
         "ops@host",
         "try again",
     )
-    assert event.point.data == b'{"step": 2}'
+    assert event.point.data == b'{"index": 2, "resume": false}'
 
 
 @pytest.mark.parametrize("ending", ["failed", "terminated"])
 async def test_a_run_that_ended_badly_replays_as_a_new_run(
     stub: sg.WorkflowServiceStub, admin: ag.AdminServiceStub, ending: str
 ) -> None:
-    wf = Driver(stub)
+    wf = StepRun(stub)
     await wf.start()
     task = await wf.poll_decision()
     if ending == "failed":
@@ -111,7 +126,7 @@ async def test_a_run_that_ended_badly_replays_as_a_new_run(
 async def test_what_cannot_be_replayed_is_refused(
     stub: sg.WorkflowServiceStub, admin: ag.AdminServiceStub
 ) -> None:
-    done = Driver(stub)
+    done = StepRun(stub)
     await done.start()
     await done.decide(await done.poll_decision(), complete())
     with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -119,7 +134,7 @@ async def test_what_cannot_be_replayed_is_refused(
     assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
     assert "completed" in (info.value.details() or "")
 
-    failed = Driver(stub)
+    failed = StepRun(stub)
     await failed.start()
     task = await failed.poll_decision()
     await failed.decide(task, d.Decision(fail_workflow=d.FailWorkflowDecision(reason="x")))
@@ -138,6 +153,8 @@ async def test_what_cannot_be_replayed_is_refused(
         a.ReplayWorkflowRequest(  # no point: nothing resolved it
             execution=c.WorkflowExecution(workflow_id=failed.workflow_id), mode="last"
         ),
+        replay(failed, "last", point=payload({"index": -1, "resume": False})),
+        replay(failed, "last", point=payload("somewhere")),
     ):
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await admin.ReplayWorkflow(bad)
@@ -146,7 +163,20 @@ async def test_what_cannot_be_replayed_is_refused(
 
     with pytest.raises(grpc.aio.AioRpcError) as info:
         missing = a.ReplayWorkflowRequest(
-            execution=c.WorkflowExecution(workflow_id="nobody"), mode="last", point=payload({})
+            execution=c.WorkflowExecution(workflow_id="nobody"),
+            mode="last",
+            point=payload({"index": 0, "resume": False}),
         )
         await admin.ReplayWorkflow(missing)
     assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+async def test_only_step_workflows_replay(
+    stub: sg.WorkflowServiceStub, admin: ag.AdminServiceStub
+) -> None:
+    wf = Driver(stub)  # a type decided by code: no definition
+    await wf.start()
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await admin.ReplayWorkflow(replay(wf))
+    assert info.value.code() == grpc.StatusCode.FAILED_PRECONDITION
+    assert "not a step workflow" in (info.value.details() or "")

@@ -11,7 +11,7 @@ from typing import Any
 
 import pytest
 
-from sdk import AsyncClient, Event, activity
+from sdk import AsyncClient, Event, InvalidArgumentError, activity
 from tests.helpers import wait_until
 from tests.steps.harness import run_steps, wait_for_marker
 from workers.steps.definition import parse
@@ -455,11 +455,13 @@ async def test_a_replay_without_a_usable_point_fails_the_run_with_the_reason(
 ) -> None:
     async def during(c: AsyncClient, wid: str) -> None:
         await wait_for_marker(c, wid, "wait")
-        await c.request_replay(wid, "last", point={"where": "somewhere"})
+        with pytest.raises(InvalidArgumentError):  # not a point at all: refused
+            await c.request_replay(wid, "last", point={"where": "somewhere"})
+        await c.request_replay(wid, "last", point={"index": 99, "resume": False})
 
     out = await run_steps(client, "steps:\n  - wait signal go\n", during=during)
     assert out.reason == "ReplayError"
-    assert "no replay point" in out.details["message"]
+    assert "names step 99, which is not there" in out.details["message"]
 
 
 async def test_a_replay_keeps_a_blocks_lock_with_its_holder(client: AsyncClient) -> None:

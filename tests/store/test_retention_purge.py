@@ -49,8 +49,9 @@ async def closed_run(
     return wf.workflow_id
 
 
-async def kept(server: Server, ids: list[str], hours: float = 0.0) -> list[str]:
-    """Run one purge pass `hours` from now; the ids still there, in order."""
+async def kept(server: Server, ids: list[str], hours: float = 1.0) -> list[str]:
+    """Run one purge pass `hours` from now (past the ten minutes every closed run
+    is kept); the ids still there, in order."""
     store = server._store
     assert store is not None
     await store.purge_closed(utcnow() + timedelta(hours=hours))
@@ -145,7 +146,7 @@ async def test_the_namespace_default_is_what_system_means(
     ids = [await closed_run(stub, wtype, namespace=ns) for _ in range(3)]
     store = server._store
     assert store is not None
-    await store.purge_closed(utcnow())
+    await store.purge_closed(utcnow() + timedelta(hours=1))
     left = []
     for wid in ids:
         try:
@@ -206,6 +207,17 @@ async def test_family_ties_keep_runs(stub: sg.WorkflowServiceStub, server: Serve
     assert await kept(server, ids, hours=24) == []
 
 
+async def test_a_run_just_closed_is_kept_for_its_waiting_clients(
+    stub: sg.WorkflowServiceStub, server: Server
+) -> None:
+    wtype = unique("type")
+    ids = [await closed_run(stub, wtype, "1") for _ in range(3)]
+    assert await kept(server, ids, hours=0.1) == ids  # six minutes: all there
+    assert await kept(server, ids, hours=0.2) == ids[2:]  # twelve: the policy applies
+    gone = await closed_run(stub, wtype, "disabled")
+    assert await kept(server, [gone], hours=0) == []  # unless it asked not to be kept
+
+
 async def test_purged_runs_leave_no_history(
     stub: sg.WorkflowServiceStub, server: Server, db_url: str
 ) -> None:
@@ -213,10 +225,28 @@ async def test_purged_runs_leave_no_history(
     engine = create_engine(migrate.sync_url(db_url))
     with engine.connect() as conn:
         run_id = conn.scalar(select(runs.c.run_id).where(runs.c.workflow_id == wid))
-    assert await kept(server, [wid]) == []
+    assert await kept(server, [wid], hours=0) == []
     with engine.connect() as conn:
         left = conn.scalar(
             select(history_events.c.event_id).where(history_events.c.run_id == run_id)
         )
     engine.dispose()
     assert left is None
+
+
+async def test_a_retried_start_after_the_purge_starts_nothing(
+    stub: sg.WorkflowServiceStub, server: Server
+) -> None:
+    wf = Driver(stub)
+    request = s.StartWorkflowRequest(
+        workflow_id=wf.workflow_id,
+        workflow_type=c.WorkflowType(name=unique("type")),
+        task_list=wf.task_list,
+        request_id=unique("req"),
+    )
+    first = await stub.StartWorkflow(request)
+    await wf.decide(await wf.poll_decision(), retention("disabled"), complete())
+    assert await kept(server, [wf.workflow_id], hours=0) == []
+    again = await stub.StartWorkflow(request)  # the same request, retried late
+    assert again.run_id == first.run_id
+    assert await kept(server, [wf.workflow_id], hours=0) == []  # no second run

@@ -13,6 +13,7 @@ any step can be rebuilt from the history.
 from __future__ import annotations
 
 import copy
+import hashlib
 import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
@@ -1049,6 +1050,7 @@ async def _schedule(
         raise
 
 
+MAX_CHILD_ID = 1000  # the service's longest workflow id
 MAX_AUTOMATIC_REPLAYS = 10
 """Automatic replays of one step, after which its timeout is its error."""
 
@@ -1087,6 +1089,10 @@ async def _child(
     # Unique to this run and this start of the step: a replayed or continued run
     # starts children of its own.
     child_id = f"{ops.workflow_id}/{ops.run_id[:8]}/{entry.key}"
+    if len(child_id) > MAX_CHILD_ID:
+        # Still unique and stable, within the service's id length.
+        digest = hashlib.sha256(child_id.encode()).hexdigest()[:32]
+        child_id = f"{ops.workflow_id[: MAX_CHILD_ID - 40]}/child-{digest}"
     task_list = args.get("task_list")
     result = await ops.child(
         child_id,

@@ -42,6 +42,10 @@ class ReplayPoint:
         """Set the fresh workflow frame up at this point; (step index, resume)."""
         from workers.steps.executor import Entry
 
+        if not 0 <= self.index < max(len(top.steps), 1):
+            raise StepError(
+                "ReplayError", f"the replay point names step {self.index}, which is not there"
+            )
         top.variables.clear()
         top.variables.update(copy.deepcopy(self.variables))
         top.previous_output = copy.deepcopy(self.previous_output)
