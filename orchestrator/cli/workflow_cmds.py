@@ -181,8 +181,14 @@ def _description(d: WorkflowDescription) -> str:
             f" decider {span(d.decider_timeout.total_seconds())}",
         ),
     ]
-    if info.continued_from_run_id:
-        fields.append(("continued_from", info.continued_from_run_id))
+    for name, value in (
+        ("continued_from", info.continued_from_run_id),
+        ("parent_run", info.parent_run_id),
+        ("replay_of", info.replay_of_run_id),
+        ("replayed_by", info.replayed_by_run_id),
+    ):
+        if value:
+            fields.append((name, value))
     width = max(len(k) for k, _ in fields)
     out = [f"{k.ljust(width)}  {v}" for k, v in fields]
     if d.pending_activities:

@@ -88,6 +88,9 @@ async def test_a_terminated_run_replays_as_a_new_run(address: str, deciding: str
     assert out.strip() == f"replaying run {old_run} as new run {new_run}"
     doc = ok_json(weft("describe", wid, "--json", address=address))
     assert (doc["run_id"], doc["replay_of_run_id"], doc["status"]) == (new_run, old_run, "open")
+    assert _fields(ok(weft("describe", wid, address=address)))["replay_of"] == old_run
+    old = ok(weft("describe", wid, "--run-id", old_run, address=address))
+    assert _fields(old)["replayed_by"] == new_run
     await waits_at(address, wid, "wait")
     again = error_line(
         weft("replay", wid, "--run-id", old_run, "--last", address=address), "replay", 1
@@ -119,3 +122,11 @@ def test_replay_of_a_workflow_decided_by_code_exits_1(address: str, idle_task_li
 
 def _run(address: str, wid: str) -> str:
     return str(ok_json(weft("describe", wid, "--json", address=address))["run_id"])
+
+
+def _fields(described: str) -> dict[str, str]:
+    out = {}
+    for line in described.splitlines():
+        key, _, value = line.partition(" ")
+        out[key] = value.strip()
+    return out
