@@ -15,6 +15,13 @@ from orchestrator.server import Server
 from sdk import AsyncClient
 
 
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A client that gave up (the tests of timeouts do) is no error of the test's."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass
+
+
 @pytest.fixture(params=["sqlite"])
 def db_url(request: pytest.FixtureRequest) -> str:
     url: str = request.getfixturevalue(f"{request.param}_url")
@@ -55,7 +62,7 @@ class _Echo(BaseHTTPRequestHandler):
 @pytest.fixture
 def http_server() -> Iterator[str]:
     """A real HTTP server on a free local port, for the `http` step."""
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _Echo)
+    server = QuietHTTPServer(("127.0.0.1", 0), _Echo)
     thread = threading.Thread(target=server.serve_forever, daemon=True)
     thread.start()
     yield f"http://127.0.0.1:{server.server_address[1]}"
