@@ -8,6 +8,7 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable
 from datetime import timedelta
+from http.server import ThreadingHTTPServer
 from typing import Any, TypeVar
 
 from google.protobuf.duration_pb2 import Duration
@@ -19,6 +20,14 @@ from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 
 T = TypeVar("T")
+
+
+class QuietHTTPServer(ThreadingHTTPServer):
+    """A test HTTP server: a client that gave up (the tests of timeouts do) is no
+    error of the test's, so no traceback on stderr."""
+
+    def handle_error(self, request: object, client_address: object) -> None:
+        pass
 
 
 def unique(prefix: str) -> str:

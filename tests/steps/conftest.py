@@ -7,19 +7,13 @@ from __future__ import annotations
 import json
 import threading
 from collections.abc import AsyncIterator, Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 
 from orchestrator.server import Server
 from sdk import AsyncClient
-
-
-class QuietHTTPServer(ThreadingHTTPServer):
-    """A client that gave up (the tests of timeouts do) is no error of the test's."""
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass
+from tests.helpers import QuietHTTPServer
 
 
 @pytest.fixture(params=["sqlite"])

@@ -9,7 +9,7 @@ import json
 import os
 import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from typing import Any
 
@@ -17,7 +17,7 @@ import pytest
 
 from sdk.activity_worker import failure_of
 from sdk.errors import ActivityFailure
-from tests.helpers import wait_until
+from tests.helpers import QuietHTTPServer, wait_until
 from workers import builtins
 from workers.builtins import (
     HttpRequestError,
@@ -81,13 +81,6 @@ class Handler(BaseHTTPRequestHandler):
         self.send_header("X-Repeated", "two")
         self.end_headers()
         self.wfile.write(body)
-
-
-class QuietHTTPServer(ThreadingHTTPServer):
-    """A client that gave up (the tests of timeouts do) is no error of the test's."""
-
-    def handle_error(self, request: object, client_address: object) -> None:
-        pass
 
 
 @pytest.fixture(scope="module")
