@@ -14,7 +14,6 @@ from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
 from .errors import FailedPrecondition
-from .state import RunState
 from .tokens import check_open
 from .transition import Transition
 
@@ -76,8 +75,3 @@ def force_release(t: Transition, lock_name: str, identity: str, reason: str) -> 
     t.emit(
         h.LockReleasedAttributes(lock_name=lock_name, forced=True, identity=identity, reason=reason)
     )
-
-
-def held_by(state: RunState, lock_name: str) -> bool:
-    lock = state.locks.get(lock_name)
-    return lock is not None and lock.held
