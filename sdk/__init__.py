@@ -10,7 +10,7 @@ Everything public is re-exported here; the modules behind it may move.
 from sdk.activity import ActivityDefinition, ActivityInfo, activity
 from sdk.activity_worker import ActivityWorker
 from sdk.client import AsyncClient
-from sdk.converter import PayloadConverter
+from sdk.converter import PayloadConverter, UndecodablePayload
 from sdk.decider import Decider, Decision, DecisionTask
 from sdk.decider_worker import DeciderWorker
 from sdk.errors import (
@@ -93,6 +93,7 @@ __all__ = [
     "TimerState",
     "UnauthenticatedError",
     "UnavailableError",
+    "UndecodablePayload",
     "WeftError",
     "WorkflowCanceledError",
     "WorkflowDescription",

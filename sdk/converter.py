@@ -25,6 +25,36 @@ from sdk.api.weft.v1 import common_pb2 as c
 JSON = "json"
 
 
+class PayloadDecodeError(ValueError):
+    """A payload's bytes are not what its encoding says (not UTF-8, not JSON, nested too deep)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class UndecodablePayload:
+    """A payload that could not be decoded, kept as its raw bytes.
+
+    Views of a history (`Client.history()`, `weft history`, `describe`) show one
+    of these in place of the value, so one bad payload never hides the rest.
+    """
+
+    data: bytes
+    encoding: str
+    error: str
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "$undecodable": {
+                "encoding": self.encoding or JSON,
+                "error": self.error,
+                "base64": base64.b64encode(self.data).decode(),
+            }
+        }
+
+    def __str__(self) -> str:
+        size = len(self.data)
+        return f"<undecodable {self.encoding or JSON} payload, {size} bytes: {self.error}>"
+
+
 class PayloadConverter:
     """The JSON converter; subclass `to_json`/`from_json` to teach it more types."""
 
@@ -38,8 +68,20 @@ class PayloadConverter:
         if payload.encoding not in ("", JSON):
             # Someone else's encoding: hand over the bytes rather than guess.
             return {"encoding": payload.encoding, "data": base64.b64encode(payload.data).decode()}
-        value = json.loads(payload.data)
+        try:
+            value = json.loads(payload.data.decode("utf-8"))
+        except (ValueError, RecursionError) as exc:
+            # UnicodeDecodeError is a ValueError; RecursionError: nested too deep.
+            raise PayloadDecodeError(_decode_error(exc)) from None
         return value if type_hint is None else self.from_json(value, type_hint)
+
+    def decode_lenient(self, payload: c.Payload | None) -> Any:
+        """`decode`, or an `UndecodablePayload` holding the bytes when they cannot be decoded."""
+        try:
+            return self.decode(payload)
+        except PayloadDecodeError as exc:
+            assert payload is not None
+            return UndecodablePayload(bytes(payload.data), payload.encoding, str(exc))
 
     # -- hooks -------------------------------------------------------------------------
 
@@ -59,6 +101,8 @@ class PayloadConverter:
             return list(value)
         if isinstance(value, bytes):
             return base64.b64encode(value).decode()
+        if isinstance(value, UndecodablePayload):
+            return value.to_json()
         dump = getattr(value, "model_dump", None)  # pydantic v2, without importing it
         if callable(dump):
             return dump(mode="json")
@@ -118,6 +162,14 @@ class PayloadConverter:
         if cls is bytes and isinstance(value, str):
             return base64.b64decode(value)
         return value
+
+
+def _decode_error(exc: BaseException) -> str:
+    if isinstance(exc, UnicodeDecodeError):
+        return f"not UTF-8 (byte {exc.start})"
+    if isinstance(exc, RecursionError):
+        return "nested too deeply to decode"
+    return f"not JSON: {exc}"
 
 
 DEFAULT_CONVERTER = PayloadConverter()

@@ -94,7 +94,7 @@ def _value(fd: Any, value: Any, converter: PayloadConverter) -> Any:
         return value
     kind = fd.message_type.full_name
     if kind == "weft.v1.Payload":
-        return converter.decode(value)
+        return converter.decode_lenient(value)
     if kind == "google.protobuf.Duration":
         return value.ToTimedelta().total_seconds()
     if kind == "google.protobuf.Timestamp":

@@ -49,6 +49,7 @@ EXPECTED_ALL = [
     "TimerState",
     "UnauthenticatedError",
     "UnavailableError",
+    "UndecodablePayload",
     "WeftError",
     "WorkflowCanceledError",
     "WorkflowDescription",
