@@ -19,6 +19,8 @@ class ServerConfig:
     """HOST:PORT for Prometheus text exposition; empty: not served."""
     long_poll: float = 60.0
     drain_grace: float = 10.0
+    max_polls_per_client: int = 1000
+    """Long polls one client (one host) may have waiting at once on this node."""
     purge_interval: float = 60.0
     """Seconds between retention passes (one node at a time on PostgreSQL); 0: never."""
     limits: Limits = field(default_factory=Limits)

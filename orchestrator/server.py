@@ -16,6 +16,8 @@ from orchestrator.api.service import ServiceSettings, WorkflowService
 from orchestrator.api.tokens import TokenCodec
 from orchestrator.config import ServerConfig
 from orchestrator.dispatch.listener import listen
+from orchestrator.dispatch.pollers import FLUSH_EVERY as POLLERS_FLUSH_EVERY
+from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
 from orchestrator.store.rows import utcnow
@@ -26,7 +28,9 @@ from sdk.api.weft.v1 import admin_pb2, admin_pb2_grpc, service_pb2, service_pb2_
 log = structlog.get_logger("weft.server")
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].full_name
 ADMIN_SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_name
-_MAX_MESSAGE = 64 * 1024 * 1024
+# The largest message either way; the SDK's clients receive as much
+# (sdk.client.MAX_MESSAGE_BYTES, checked equal by a test).
+MAX_MESSAGE = 64 * 1024 * 1024
 
 
 class Server:
@@ -40,6 +44,7 @@ class Server:
         self._service: WorkflowService | None = None
         self._scanner: DeadlineScanner | None = None
         self._health = health.aio.HealthServicer()
+        self._pollers = PollerSightings()
         self.metrics = Metrics()
 
     def _committed(self, c: Committed) -> None:
@@ -56,11 +61,16 @@ class Server:
         tokens = TokenCodec(await store.token_secret())
         settings = ServiceSettings(
             long_poll=self.config.long_poll,
+            max_polls_per_client=self.config.max_polls_per_client,
             limits=self.config.limits,
             defaults=self.config.defaults,
         )
-        self._service = WorkflowService(store, tokens, self._wakeups, settings, self.metrics)
-        admin = AdminService(store, tokens, self._wakeups, settings, self.metrics)
+        pollers = self._pollers
+        self._service = WorkflowService(
+            store, tokens, self._wakeups, settings, self.metrics, pollers
+        )
+        admin = AdminService(store, tokens, self._wakeups, settings, self.metrics, pollers)
+        self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
         if self.config.purge_interval > 0:
@@ -84,8 +94,8 @@ class Server:
 
         server = self._grpc = grpc.aio.server(
             options=[
-                ("grpc.max_receive_message_length", _MAX_MESSAGE),
-                ("grpc.max_send_message_length", _MAX_MESSAGE),
+                ("grpc.max_receive_message_length", MAX_MESSAGE),
+                ("grpc.max_send_message_length", MAX_MESSAGE),
                 ("grpc.so_reuseport", 0),  # a second node on a taken port must fail, not share it
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
@@ -127,6 +137,18 @@ class Server:
                 continue
             if purged:
                 log.info("retention.purged", runs=purged)
+
+    async def _write_pollers(self) -> None:
+        """Write who polled, every few seconds, in one transaction."""
+        assert self._store is not None
+        while True:
+            await asyncio.sleep(POLLERS_FLUSH_EVERY)
+            rows = self._pollers.take_unwritten()
+            try:
+                await self._store.record_pollers(rows)
+            except Exception as exc:  # the database may be away: keep them for next time
+                self._pollers.put_back(rows)
+                log.warning("pollers.write_failed", error=str(exc)[:200])
 
     def _on_notify(self, key: TaskListKey, added: int) -> None:
         self._wakeups.wake_pollers(key, added)

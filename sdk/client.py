@@ -54,6 +54,9 @@ DEFAULT_NAMESPACE = "default"
 # The server answers an idle long poll after 60 s; past this the connection is
 # presumed dead and the call is made again.
 POLL_TIMEOUT = timedelta(seconds=90)
+# What the server may send (and receive): a client never refuses an answer the
+# server was allowed to give. The server's own setting is the same number.
+MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 
 # UNAVAILABLE: the server or its database is away; ABORTED: the request lost a
 # race with a concurrent update and nothing was written.
@@ -504,7 +507,13 @@ class AsyncClient:
 
     def _service(self) -> Any:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(self.address)
+            self._channel = grpc.aio.insecure_channel(
+                self.address,
+                options=[
+                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ],
+            )
             self._stub = sg.WorkflowServiceStub(self._channel)
         return self._stub
 

@@ -170,6 +170,7 @@ class DecisionTask:
         previous_started_event_id: int = 0,
         version: str = "",
         continue_as_new_suggested: bool = False,
+        attempt: int = 1,
     ) -> None:
         self.workflow_id = workflow_id
         self.run_id = run_id
@@ -179,6 +180,9 @@ class DecisionTask:
         self.started_event_id = started_event_id
         self.previous_started_event_id = previous_started_event_id
         self.continue_as_new_suggested = continue_as_new_suggested
+        self.attempt = attempt
+        """1, or more when this task failed or timed out before (the same history
+        decided again: a decider that raised keeps raising unless something changed)."""
         self.decisions: list[Decision] = []
 
     # -- reading ------------------------------------------------------------------------

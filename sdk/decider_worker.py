@@ -5,11 +5,14 @@
 Each task's whole history is read (following pages), folded into a
 `DecisionTask`, decided, and answered with the decisions in one call.
 
-A decider that raises fails its task once (`DeciderFailed`, and the server
-schedules it again at once, which cures a passing fault). If the task it gets
-then is a retry of a failed one and it raises again, the worker does not answer:
-the task times out and is retried at the decider's timeout, so a broken decider
-costs a few events per timeout instead of a tight loop filling the history.
+A task the worker cannot decide is always answered as failed, with the cause:
+`decide` raised (`DECIDER_EXCEPTION`), no decider for the type
+(`UNKNOWN_WORKFLOW_TYPE`), the server refused the decisions (`BAD_DECISIONS`),
+a payload in the history cannot be decoded (`UNDECODABLE_HISTORY`), or the
+history could not be read (`HISTORY_UNAVAILABLE`). The server records the first
+failure (`DeciderFailed`) and retries at once; failures in a row append nothing
+and are retried after a backoff (`task.attempt` counts them), so a run that
+cannot be decided shows why in `describe` without filling its history.
 """
 
 from __future__ import annotations
@@ -28,6 +31,7 @@ import structlog
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.client import POLL_TIMEOUT, AsyncClient
+from sdk.converter import PayloadDecodeError
 from sdk.decider import Decider, DecisionTask
 from sdk.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError, WeftError
 from sdk.events import Event, event_from_proto
@@ -37,7 +41,6 @@ from sdk.worker import DEFAULT_GRACE, Worker
 log = structlog.get_logger("weft.decider")
 
 TRACEBACK_CHARS = 16_000
-LEFT_TO_TIME_OUT = "left to time out; retried at the decider timeout"
 
 
 @dataclass(frozen=True)
@@ -172,8 +175,11 @@ class DeciderWorker(Worker):
         }
         try:
             history = await self._history(resp)
+        except PayloadDecodeError as exc:
+            await self._cannot_decide(resp, "UNDECODABLE_HISTORY", exc, where)
+            return
         except WeftError as exc:
-            log.error("decision.history_failed", error=exc.message, **where)
+            await self._cannot_decide(resp, "HISTORY_UNAVAILABLE", exc, where)
             return
         task = DecisionTask(
             workflow_id=resp.workflow_execution.workflow_id,
@@ -184,6 +190,7 @@ class DeciderWorker(Worker):
             started_event_id=resp.started_event_id,
             previous_started_event_id=resp.previous_started_event_id,
             continue_as_new_suggested=resp.continue_as_new_suggested,
+            attempt=resp.attempt or 1,
         )
         decider = self.decider_for(resp.workflow_type.name, resp.workflow_type.version)
         try:
@@ -194,7 +201,12 @@ class DeciderWorker(Worker):
                 )
             await run_decider(decider, task, self._pool)
         except Exception as exc:
-            await self._decider_failed(resp, task, exc, where)
+            cause = (
+                "UNKNOWN_WORKFLOW_TYPE"
+                if isinstance(exc, UnknownWorkflowType)
+                else "DECIDER_EXCEPTION"
+            )
+            await self._cannot_decide(resp, cause, exc, where)
             return
         await self._respond(resp.task_token, task, where)
 
@@ -216,7 +228,8 @@ class DeciderWorker(Worker):
             )
             raw.extend(page.events)
             token = page.next_page_token
-        return [event_from_proto(e, self.client.converter) for e in raw]
+        # Strict: deciding on a history with a hole in it could do anything.
+        return [event_from_proto(e, self.client.converter, strict=True) for e in raw]
 
     async def _respond(self, token: bytes, task: DecisionTask, where: dict[str, Any]) -> None:
         converter = self.client.converter
@@ -235,10 +248,7 @@ class DeciderWorker(Worker):
             # The server refused the decisions as a whole (a payload over the
             # limit, a bad name): record why in the history.
             message = exc.message if isinstance(exc, WeftError) else str(exc)
-            if _retrying_failure(task.history):
-                log.error("decision.refused_again", error=message, action=LEFT_TO_TIME_OUT, **where)
-                return
-            log.error("decision.refused", error=message, **where)
+            log.error("decision.refused", error=message, attempt=task.attempt, **where)
             await self._fail_task(token, "BAD_DECISIONS", {"message": message}, where)
             return
         except WeftError as exc:
@@ -246,30 +256,18 @@ class DeciderWorker(Worker):
             return
         log.info("decision.completed", decisions=[d.kind for d in task.decisions], **where)
 
-    async def _decider_failed(
+    async def _cannot_decide(
         self,
         resp: s.PollForDecisionTaskResponse,
-        task: DecisionTask,
+        cause: str,
         exc: Exception,
         where: dict[str, Any],
     ) -> None:
-        cause = (
-            "UNKNOWN_WORKFLOW_TYPE" if isinstance(exc, UnknownWorkflowType) else "DECIDER_EXCEPTION"
-        )
-        error = f"{type(exc).__name__}: {exc}"
-        if _retrying_failure(task.history):
-            log.error(
-                "decision.failed_again",
-                cause=cause,
-                error=error,
-                action=LEFT_TO_TIME_OUT,
-                **where,
-            )
-            return
-        log.error("decision.failed", cause=cause, error=error, **where)
+        error = exc.message if isinstance(exc, WeftError) else f"{type(exc).__name__}: {exc}"
+        log.error("decision.failed", cause=cause, error=error, attempt=resp.attempt or 1, **where)
         details = {
             "type": f"{type(exc).__module__}.{type(exc).__qualname__}",
-            "message": str(exc),
+            "message": exc.message if isinstance(exc, WeftError) else str(exc),
             "traceback": "".join(traceback.format_exception(exc))[-TRACEBACK_CHARS:],
         }
         await self._fail_task(resp.task_token, cause, details, where)
@@ -300,13 +298,3 @@ async def run_decider(
         await decider.decide(task)  # type: ignore[misc,unused-ignore]
     else:
         await asyncio.get_running_loop().run_in_executor(pool, decider.decide, task)
-
-
-def _retrying_failure(history: list[Event]) -> bool:
-    """Whether the decision task before this one failed (with no success since)."""
-    for event in reversed(history):
-        if event.type == "DeciderCompleted":
-            return False
-        if event.type in ("DeciderFailed", "DeciderTimedOut"):
-            return True
-    return False

@@ -16,7 +16,7 @@ from typing import Any
 from google.protobuf.message import Message
 
 from sdk.api.weft.v1 import history_pb2 as h
-from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.converter import DEFAULT_CONVERTER, PayloadConverter, PayloadDecodeError
 
 CLOSE_TYPES = frozenset(
     {
@@ -61,9 +61,17 @@ def rfc3339(moment: datetime) -> str:
     return text.replace("+00:00", "Z")
 
 
-def event_from_proto(msg: h.HistoryEvent, converter: PayloadConverter = DEFAULT_CONVERTER) -> Event:
+def event_from_proto(
+    msg: h.HistoryEvent, converter: PayloadConverter = DEFAULT_CONVERTER, *, strict: bool = False
+) -> Event:
+    """The event as plain Python. A payload that cannot be decoded becomes an
+    `UndecodablePayload`; with `strict` (a decider, which must not decide on
+    half a history) it raises `PayloadDecodeError` naming the event instead."""
     kind = msg.WhichOneof("attributes")
-    attrs = message_to_dict(getattr(msg, kind), converter) if kind else {}
+    try:
+        attrs = message_to_dict(getattr(msg, kind), converter, strict=strict) if kind else {}
+    except PayloadDecodeError as exc:
+        raise PayloadDecodeError(f"event {msg.event_id} ({msg.type}): {exc}") from None
     stamp = msg.timestamp.ToDatetime(tzinfo=UTC)
     return Event(msg.event_id, msg.type, stamp, attrs)
 
@@ -75,28 +83,28 @@ def events_from_json(doc: dict[str, Any] | list[dict[str, Any]]) -> list[Event]:
 
 
 def message_to_dict(
-    msg: Message, converter: PayloadConverter = DEFAULT_CONVERTER
+    msg: Message, converter: PayloadConverter = DEFAULT_CONVERTER, *, strict: bool = False
 ) -> dict[str, Any]:
     """A protobuf message as JSON-ready Python values (see the module docstring)."""
     out: dict[str, Any] = {}
     for fd, value in msg.ListFields():
         if fd.is_repeated:
-            out[fd.name] = [_value(fd, v, converter) for v in value]
+            out[fd.name] = [_value(fd, v, converter, strict) for v in value]
         else:
-            out[fd.name] = _value(fd, value, converter)
+            out[fd.name] = _value(fd, value, converter, strict)
     return out
 
 
-def _value(fd: Any, value: Any, converter: PayloadConverter) -> Any:
+def _value(fd: Any, value: Any, converter: PayloadConverter, strict: bool) -> Any:
     if fd.type == fd.TYPE_ENUM:
         return fd.enum_type.values_by_number[value].name
     if fd.message_type is None:
         return value
     kind = fd.message_type.full_name
     if kind == "weft.v1.Payload":
-        return converter.decode_lenient(value)
+        return converter.decode(value) if strict else converter.decode_lenient(value)
     if kind == "google.protobuf.Duration":
         return value.ToTimedelta().total_seconds()
     if kind == "google.protobuf.Timestamp":
         return rfc3339(value.ToDatetime(tzinfo=UTC))
-    return message_to_dict(value, converter)
+    return message_to_dict(value, converter, strict=strict)

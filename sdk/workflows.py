@@ -204,6 +204,12 @@ class WorkflowDescription:
     pending_activities: list[PendingActivity] = field(default_factory=list)
     pending_timers: list[PendingTimer] = field(default_factory=list)
     locks: list[RunLock] = field(default_factory=list)
+    decider_attempt: int = 0
+    """The decision task's attempt: above 1 after failures or timeouts in a row."""
+    decider_failure: str = ""
+    """Why the last attempt failed: its cause, and the decider's message if any."""
+    decider_retry_time: datetime | None = None
+    """When a failed decision task is handed out again (while it backs off)."""
 
     @property
     def status(self) -> str:
@@ -228,7 +234,7 @@ class WorkflowDescription:
                     scheduled_event_id=a.scheduled_event_id,
                     started_event_id=a.started_event_id,
                     identity=a.identity,
-                    heartbeat_details=converter.decode(a.heartbeat_details)
+                    heartbeat_details=converter.decode_lenient(a.heartbeat_details)
                     if a.HasField("heartbeat_details")
                     else None,
                     last_heartbeat_time=_time(a, "last_heartbeat_time"),
@@ -243,6 +249,11 @@ class WorkflowDescription:
                 RunLock(lk.lock_name, lk.state, lk.requested_event_id, lk.acquired_event_id)
                 for lk in msg.locks
             ],
+            decider_attempt=msg.decider_attempt,
+            decider_failure=": ".join(
+                part for part in (msg.decider_failure_cause, msg.decider_failure_message) if part
+            ),
+            decider_retry_time=_time(msg, "decider_retry_time"),
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -255,6 +266,11 @@ class WorkflowDescription:
             "pending_activities": [a.to_json() for a in self.pending_activities],
             "pending_timers": [t.to_json() for t in self.pending_timers],
             "locks": [lk.to_json() for lk in self.locks],
+            "decider_attempt": self.decider_attempt,
+            "decider_failure": self.decider_failure,
+            "decider_retry_time": rfc3339(self.decider_retry_time)
+            if self.decider_retry_time
+            else None,
         }
 
 

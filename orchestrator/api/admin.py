@@ -119,8 +119,9 @@ class AdminService(ServiceBase, ag.AdminServiceServicer):
         self, req: a.ReplayWorkflowRequest, ctx: Ctx
     ) -> a.ReplayWorkflowResponse:
         ns = validate.namespace(req.namespace)
-        limit = self._settings.limits.id_length
-        validate.name("execution.workflow_id", req.execution.workflow_id, limit)
+        validate.workflow_id(
+            "execution.workflow_id", req.execution.workflow_id, self._settings.limits
+        )
         request = replay.ReplayRequest(
             mode=req.mode,
             step=req.step,

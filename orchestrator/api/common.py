@@ -11,10 +11,12 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from orchestrator.dispatch.pollers import PollerSightings
+from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
 from orchestrator.dispatch.wakeups import Wakeups, wait
 from orchestrator.engine.limits import Defaults, Limits
 from orchestrator.metrics import Metrics
-from orchestrator.store.store import RunRow, Store, TaskListKey
+from orchestrator.store.store import RunRow, Store
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 from sdk.api.weft.v1 import service_pb2 as s
@@ -24,6 +26,10 @@ from .tokens import TokenCodec
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
 HISTORY_PAGE = 1000
+# A page of history is also bounded in bytes: well under gRPC's default 4 MiB a
+# client can receive, whatever the events hold (one event always fits: a payload
+# is at most 256 KiB).
+HISTORY_PAGE_BYTES = 2 * 1024 * 1024
 RECHECK = 2.0  # a missed cross-node wake-up costs at most this much latency
 _STATUS = {
     "open": c.WORKFLOW_STATUS_OPEN,
@@ -39,6 +45,7 @@ _STATUS = {
 @dataclass(frozen=True)
 class ServiceSettings:
     long_poll: float = 60.0
+    max_polls_per_client: int = DEFAULT_MAX_POLLS_PER_CLIENT
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)
 
@@ -86,15 +93,24 @@ class ServiceBase:
         wakeups: Wakeups,
         settings: ServiceSettings,
         metrics: Metrics,
+        pollers: PollerSightings,
     ) -> None:
         self.metrics = metrics
         self._store = store
         self._tokens = tokens
         self._wakeups = wakeups
         self._settings = settings
-        self.draining = False
-        # (task list, identity) -> when this node last recorded that poller.
-        self._poller_seen: dict[tuple[TaskListKey, str], float] = {}
+        self._polls = LongPolls(wakeups, settings.max_polls_per_client)
+        self._pollers = pollers
+
+    @property
+    def draining(self) -> bool:
+        """The node is shutting down: polls answer empty, followers stop waiting."""
+        return self._polls.draining
+
+    @draining.setter
+    def draining(self, value: bool) -> None:
+        self._polls.draining = value
 
     async def _registered_type(
         self, ns: str, name: str, version: str
@@ -119,7 +135,9 @@ class ServiceBase:
         window, which exists in full already), else up to the run's end, waiting for
         the next event if asked to."""
         if last_id:
-            events = await self._store.read_history(run_id, first_id, last_id, size)
+            events = await self._store.read_history(
+                run_id, first_id, last_id, size, HISTORY_PAGE_BYTES
+            )
             more = bool(events) and events[-1].event_id < last_id
         else:
             events, more = await self._tail(run_id, first_id, size, wait_new)
@@ -135,7 +153,9 @@ class ServiceBase:
             woken = self._wakeups.current(("run", run_id))
             # Status first: if the run was closed before we read, the read sees its last event.
             state = await self._store.load_state(run_id)
-            events = await self._store.read_history(run_id, first_id, None, size)
+            events = await self._store.read_history(
+                run_id, first_id, None, size, HISTORY_PAGE_BYTES
+            )
             remaining = deadline - asyncio.get_running_loop().time()
             if events or not wait_new or not state.is_open or self.draining or remaining <= 0:
                 break

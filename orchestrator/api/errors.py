@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any, TypeVar
 
@@ -33,8 +35,20 @@ def grpc_errors(
             log.info("rpc.refused", rpc=method.__name__, code=code, reason=str(exc))
             await context.abort(getattr(grpc.StatusCode, code), str(exc))
             raise  # abort raises; this line is for the type checker
-        except Exception:
+        except asyncio.CancelledError:
+            code = "CANCELLED"  # the client went away
+            raise
+        except Exception as exc:
+            if isinstance(exc, grpc.aio.AbortError):
+                raise  # a status set on purpose
+            # A bug, not the caller's fault: INTERNAL with a reference to the
+            # logged traceback, never grpc's UNKNOWN with Python's exception text.
             code = "INTERNAL"
+            ref = uuid.uuid4().hex[:12]
+            log.exception("rpc.crashed", rpc=method.__name__, ref=ref)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"internal error (server log reference {ref})"
+            )
             raise
         finally:
             self.metrics.rpc_seconds.labels(method.__name__, code).observe(

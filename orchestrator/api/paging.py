@@ -12,12 +12,18 @@ def encode(*fields: Any) -> bytes:
     return json.dumps(list(fields), separators=(",", ":")).encode()
 
 
+# Tokens this service writes are a few ids long; anything much longer is not one.
+MAX_TOKEN_BYTES = 4096
+
+
 def decode(raw: bytes, types: tuple[type, ...]) -> list[Any]:
     """The token's fields, each checked against its expected type (ints must be >= 0)."""
-    try:
-        fields = json.loads(raw)
-    except ValueError:
-        fields = None
+    fields = None
+    if len(raw) <= MAX_TOKEN_BYTES:
+        try:
+            fields = json.loads(raw)
+        except (ValueError, RecursionError):
+            fields = None
     if not isinstance(fields, list) or len(fields) != len(types):
         raise InvalidArgument("next_page_token is malformed")
     for value, kind in zip(fields, types, strict=True):

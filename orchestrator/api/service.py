@@ -36,7 +36,7 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
     # -- starting and talking to workflows --------------------------------------
 
     async def _start_command(self, req: s.StartWorkflowRequest, ns: str) -> StartCommand:
-        validate.name("workflow_id", req.workflow_id, self._settings.limits.id_length)
+        validate.workflow_id("workflow_id", req.workflow_id, self._settings.limits)
         wtype = req.workflow_type
         validate.name("workflow_type.name", wtype.name)
         version, registered = await self._registered_type(ns, wtype.name, wtype.version)
@@ -103,7 +103,7 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         return s.SignalWithStartWorkflowResponse(run_id=run_id, started=started)
 
     async def _run(self, ns: str, execution: c.WorkflowExecution) -> RunRow:
-        validate.name("execution.workflow_id", execution.workflow_id)
+        validate.workflow_id("execution.workflow_id", execution.workflow_id, self._settings.limits)
         return await self._store.find_run(ns, execution.workflow_id, execution.run_id)
 
     async def _on_current_run(
@@ -205,13 +205,20 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         decider_state = "+".join(
             name for name, on in (("started", d.started_id), ("scheduled", d.scheduled_id)) if on
         )
+        if d.retry_pending:
+            decider_state = "retrying"
         resp = s.DescribeWorkflowResponse(
             info=execution_info(row, st.type_version),
             decider_state=decider_state or "none",
             execution_timeout=duration(st.execution_timeout),
             decider_timeout=duration(st.decider_timeout),
             cancel_requested=st.cancel_requested,
+            decider_attempt=d.attempt if st.is_open else 0,
+            decider_failure_cause=d.failure_cause,
+            decider_failure_message=d.failure_message,
         )
+        if d.backoff_until:
+            resp.decider_retry_time.CopyFrom(timestamp(d.backoff_until))
         for act in st.activities.values():
             p = resp.pending_activities.add(
                 activity_id=act.activity_id,

@@ -3,15 +3,15 @@ activity tasks, and the workers' answers."""
 
 from __future__ import annotations
 
-import asyncio
+import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
 
 import structlog
 
-from orchestrator.dispatch.wakeups import wait_ticket
+from orchestrator.dispatch.polls import client_of
 from orchestrator.engine import activity as activities
 from orchestrator.engine.children import ChildType
 from orchestrator.engine.decisions import (
@@ -33,57 +33,24 @@ from sdk.api.weft.v1.decisions_pb2 import Decision
 from sdk.api.weft.v1.history_pb2 import HistoryEvent
 
 from . import validate
-from .common import HISTORY_PAGE, RECHECK, Ctx, ServiceBase, optional_payload, timestamp
+from .common import HISTORY_PAGE, Ctx, ServiceBase, optional_payload, timestamp
 from .errors import grpc_errors
 
 log = structlog.get_logger("weft.api")
 R = TypeVar("R")
-POLLER_REFRESH = 10.0  # seconds; DescribeTaskList reports pollers of the last 5 minutes
+POLLERS_SEEN_WITHIN = timedelta(minutes=5)  # what DescribeTaskList reports
 SUGGEST_CONTINUE = 0.9  # of the event limit: leaves room to finish the current step
 
 
 class TaskService(ServiceBase):
-    async def _note_poller(self, key: TaskListKey, identity: str, now: float) -> None:
-        """Record a poller for DescribeTaskList, at most every few seconds per poller:
-        a write on every poll would cost more than the poll."""
-        seen = self._poller_seen
-        last = seen.get((key, identity))
-        if last is not None and now - last < POLLER_REFRESH:
-            return
-        if len(seen) > 10_000:
-            seen.clear()
-        seen[(key, identity)] = now
-        await self._store.record_poller(key, identity)
-
     # -- decision tasks ---------------------------------------------------------------
 
-    async def _long_poll(self, key: TaskListKey, identity: str, claim: Callable[[], Any]) -> Any:
+    async def _long_poll(
+        self, key: TaskListKey, identity: str, ctx: Ctx, claim: Callable[[], Awaitable[R | None]]
+    ) -> R | None:
         """Claim a task, or wait in line until one is committed, until the long poll expires."""
-        loop = asyncio.get_running_loop()
-        await self._note_poller(key, identity, loop.time())
-        deadline = loop.time() + self._settings.long_poll
-        wakeups = self._wakeups
-        got = None
-        ticket = None
-        try:
-            while not self.draining:
-                ticket = wakeups.ticket(key)
-                got = await claim()
-                if got is not None:
-                    return got
-                remaining = deadline - loop.time()
-                if remaining <= 0:
-                    return None
-                await wait_ticket(ticket, min(remaining, RECHECK))
-                wakeups.leave(key, ticket)
-            return None
-        finally:
-            if ticket is not None:
-                wakeups.leave(key, ticket)
-                # Woken during its last look, or as it was cancelled: that wake-up
-                # may have been for a task it did not take, so the next in line looks.
-                if ticket.done():
-                    wakeups.wake_pollers(key)
+        self._pollers.note(key, identity, time.time())
+        return await self._polls.poll(key, client_of(ctx.peer()), self._settings.long_poll, claim)
 
     @grpc_errors
     async def PollForDecisionTask(
@@ -94,18 +61,18 @@ class TaskService(ServiceBase):
         key = TaskListKey(ns, DECISION, req.task_list)
 
         def take(t: Transition, scheduled_id: int) -> tuple[RunState, int]:
-            started = start_decision_task(t, scheduled_id, req.identity)
-            return t.state, started.event_id
+            return t.state, start_decision_task(t, scheduled_id, req.identity)
 
         got = await self._long_poll(
-            key, req.identity, lambda: self._store.claim(ns, DECISION, req.task_list, take)
+            key, req.identity, ctx, lambda: self._store.claim(ns, DECISION, req.task_list, take)
         )
         if got is None:
             return s.PollForDecisionTaskResponse()
         self.metrics.tasks_claimed.labels(DECISION).inc()
         state, started_id = got
         limit = self._settings.limits.events_per_run
-        token = TaskToken(state.key, DECISION, state.decider.started_scheduled_id, started_id)
+        d = state.decider
+        token = TaskToken(state.key, DECISION, d.started_scheduled_id, started_id, d.attempt)
         page = await self._history_page(state.run_id, 1, started_id, HISTORY_PAGE, False)
         log.info(
             "decision.started",
@@ -126,6 +93,7 @@ class TaskService(ServiceBase):
             started_event_id=started_id,
             previous_started_event_id=state.decider.previous_started_id,
             continue_as_new_suggested=started_id >= SUGGEST_CONTINUE * limit,
+            attempt=d.attempt,
         )
 
     async def _answer(self, req: Any, kind: str, fn: Callable[[Transition, TaskToken], R]) -> R:
@@ -271,7 +239,7 @@ class TaskService(ServiceBase):
             return t.state.key, act, t.events[0]
 
         got = await self._long_poll(
-            key, req.identity, lambda: self._store.claim(ns, ACTIVITY, req.task_list, take)
+            key, req.identity, ctx, lambda: self._store.claim(ns, ACTIVITY, req.task_list, take)
         )
         if got is None:
             return s.PollForActivityTaskResponse()
@@ -369,8 +337,18 @@ class TaskService(ServiceBase):
             raise InvalidArgument("kind must be TASK_LIST_KIND_DECISION or TASK_LIST_KIND_ACTIVITY")
         key = TaskListKey(ns, kind, req.task_list)
         backlog = await self._store.backlog(ns, kind, req.task_list)
-        seen = await self._store.recent_pollers(key, timedelta(minutes=5))
+        # Every node's written sightings, and this node's not written yet.
+        seen = {
+            identity: at.timestamp()
+            for identity, at in await self._store.recent_pollers(key, POLLERS_SEEN_WITHIN)
+        }
+        since = time.time() - POLLERS_SEEN_WITHIN.total_seconds()
+        for identity, at in self._pollers.recent(key, since).items():
+            seen[identity] = max(at, seen.get(identity, 0.0))
+        latest_first = sorted(seen.items(), key=lambda item: item[1], reverse=True)
         return s.DescribeTaskListResponse(
             backlog=backlog,
-            pollers=[s.Poller(identity=i, last_access_time=timestamp(at)) for i, at in seen],
+            pollers=[
+                s.Poller(identity=i, last_access_time=timestamp(at)) for i, at in latest_first
+            ],
         )

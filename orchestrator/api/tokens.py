@@ -31,6 +31,7 @@ class TokenCodec:
                 token.kind,
                 token.scheduled_id,
                 token.started_id,
+                token.attempt,
             ],
             separators=(",", ":"),
         ).encode()
@@ -42,7 +43,8 @@ class TokenCodec:
         mac, body = raw[1 : 1 + _MAC_BYTES], raw[1 + _MAC_BYTES :]
         if raw[:1] != _VERSION or not hmac.compare_digest(mac, self._mac(body)):
             raise InvalidArgument("task_token is not a token this service issued")
-        ns, wf, run, token_kind, scheduled, started = json.loads(body)
+        ns, wf, run, token_kind, scheduled, started, *rest = json.loads(body)
         if token_kind != kind:
             raise InvalidArgument(f"task_token is for a {token_kind} task, not a {kind} task")
-        return TaskToken(RunKey(ns, wf, run), token_kind, int(scheduled), int(started))
+        attempt = int(rest[0]) if rest else 1  # tokens issued before attempts existed
+        return TaskToken(RunKey(ns, wf, run), token_kind, int(scheduled), int(started), attempt)

@@ -10,6 +10,8 @@ from google.protobuf.message import Message
 from orchestrator.engine.errors import InvalidArgument
 from orchestrator.engine.limits import Limits
 
+from . import payloads
+
 DEFAULT_NAMESPACE = "default"
 NAME_LENGTH = 255
 
@@ -34,7 +36,14 @@ def optional_name(field: str, value: str) -> str:
     return name(field, value) if value else value
 
 
+def workflow_id(field: str, value: str, limits: Limits) -> str:
+    """One rule for workflow ids on every RPC: an id that starts a run can always
+    reach it again (signal, describe, history, cancel, terminate, replay)."""
+    return name(field, value, limits.id_length)
+
+
 def seconds(field: str, value: Duration, *, positive: bool = False) -> float:
+    _duration_form(field, value)
     span: timedelta = value.ToTimedelta()
     if span < timedelta(0) or (positive and span == timedelta(0)):
         raise InvalidArgument(f"{field} must be {'positive' if positive else 'zero or more'}")
@@ -53,8 +62,21 @@ _NAME_FIELDS = frozenset(
 )
 _TEXT_FIELDS = frozenset({"reason", "cause", "description"})
 TEXT_LENGTH = 32 * 1024
-MAX_DURATION = timedelta(days=100 * 365)
+MAX_DURATION_SECONDS = 100 * 365 * 24 * 3600
 _MAX_TIMESTAMP = 253402300799  # 9999-12-31T23:59:59Z
+_NANOS = 1_000_000_000
+
+
+def _duration_form(where: str, value: Duration) -> None:
+    """A Duration as protobuf defines it: nanos within a second, of the seconds' sign.
+
+    Checked on the raw fields, before anything converts it: a malformed one
+    would otherwise be read as some other length, or overflow."""
+    secs, nanos = value.seconds, value.nanos
+    if not -_NANOS < nanos < _NANOS or (secs > 0 and nanos < 0) or (secs < 0 and nanos > 0):
+        raise InvalidArgument(
+            f"{where} is not a well-formed duration (seconds {secs}, nanos {nanos})"
+        )
 
 
 def request(msg: Message, limits: Limits, path: str = "") -> None:
@@ -74,16 +96,13 @@ def request(msg: Message, limits: Limits, path: str = "") -> None:
             here = f"{where}[{i}]" if fd.is_repeated else where
             kind = fd.message_type.full_name
             if kind == "weft.v1.Payload":
-                size = len(item.data)
-                if size > limits.payload_bytes:
-                    raise InvalidArgument(
-                        f"{here} is {size} bytes: the payload limit is {limits.payload_bytes} bytes"
-                    )
+                payloads.check(here, item, limits)
             elif kind == "google.protobuf.Duration":
-                if item.ToTimedelta() > MAX_DURATION:
+                _duration_form(here, item)
+                if abs(item.seconds) > MAX_DURATION_SECONDS:
                     raise InvalidArgument(f"{here} is longer than 100 years")
             elif kind == "google.protobuf.Timestamp":
-                if not 0 <= item.seconds <= _MAX_TIMESTAMP:
+                if not 0 <= item.seconds <= _MAX_TIMESTAMP or not 0 <= item.nanos < _NANOS:
                     raise InvalidArgument(f"{here} is not between 1970 and 9999")
             elif not fd.message_type.GetOptions().map_entry:
                 request(item, limits, here + ".")

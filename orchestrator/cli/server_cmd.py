@@ -44,6 +44,14 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     help="how long a poll waits before an empty answer",
 )
 @click.option(
+    "--max-polls-per-client",
+    envvar="WEFT_MAX_POLLS_PER_CLIENT",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="long polls one client host may have waiting at once (more: RESOURCE_EXHAUSTED)",
+)
+@click.option(
     "--purge-interval",
     envvar="WEFT_PURGE_INTERVAL",
     type=DURATION,
@@ -57,6 +65,7 @@ def server(
     listen: str,
     metrics_listen: str,
     long_poll: timedelta,
+    max_polls_per_client: int,
     purge_interval: timedelta,
     log_level: str,
 ) -> None:
@@ -70,6 +79,7 @@ def server(
         listen=listen,
         metrics_listen=metrics_listen,
         long_poll=long_poll.total_seconds(),
+        max_polls_per_client=max_polls_per_client,
         purge_interval=purge_interval.total_seconds(),
     )
     try:

@@ -8,11 +8,16 @@ Two kinds of waiter, woken differently:
   adds n tasks wakes n pollers, not all of them (waking all made every parked
   poller run a claim for each task, costing the server far more than the task).
   A poller that leaves holding a wake-up it may not have acted on passes it to
-  the next in line. Every poller also looks again every few seconds, so a hint
-  that never arrives costs latency, never a task.
+  the next in line.
 
 Either way a waiter registers *before* it looks in the database, so a wake-up
 that lands between its look and its wait is never lost.
+
+Every commit that adds tasks to a list wakes that list (here, or through
+LISTEN/NOTIFY from another node), so a list found empty stays known empty until
+its next wake-up: parked polls cost no database look at all. The knowledge is
+dropped after a while anyway (`polls.SAFETY_NET`), and whenever the
+notification link was down (`wake_all`).
 """
 
 from __future__ import annotations
@@ -27,6 +32,10 @@ class Wakeups:
     def __init__(self) -> None:
         self._events: dict[Hashable, asyncio.Event] = {}
         self._pollers: dict[Hashable, deque[asyncio.Future[None]]] = {}
+        # Per task list: a count of its wake-ups, and (that count, when) as of
+        # the last look that found it empty.
+        self._generation: dict[Hashable, int] = {}
+        self._empty: dict[Hashable, tuple[int, float]] = {}
 
     # -- followers: wake all ----------------------------------------------------------
 
@@ -61,6 +70,7 @@ class Wakeups:
 
     def wake_pollers(self, key: Hashable, n: int = 1) -> None:
         """Wake the `n` longest-waiting pollers of `key`."""
+        self._generation[key] = self._generation.get(key, 0) + 1
         queue = self._pollers.get(key)
         while queue and n > 0:
             ticket = queue.popleft()
@@ -73,10 +83,28 @@ class Wakeups:
     def waiting_pollers(self, key: Hashable) -> int:
         return len(self._pollers.get(key, ()))
 
+    # -- what a look found --------------------------------------------------------------
+
+    def generation(self, key: Hashable) -> int:
+        """Taken before a look: `found_empty` then records it only if no wake-up came since."""
+        return self._generation.get(key, 0)
+
+    def found_empty(self, key: Hashable, generation: int, now: float) -> None:
+        if self._generation.get(key, 0) == generation:
+            self._empty[key] = (generation, now)
+
+    def known_empty(self, key: Hashable, now: float, max_age: float) -> bool:
+        """Found empty within `max_age` seconds, and woken by no commit since."""
+        seen = self._empty.get(key)
+        return (
+            seen is not None and seen[0] == self._generation.get(key, 0) and now - seen[1] < max_age
+        )
+
     # -- everyone ---------------------------------------------------------------------
 
     def wake_all(self) -> None:
         """Everyone looks again: after a lost connection, or when the server drains."""
+        self._empty.clear()
         events, self._events = self._events, {}
         for event in events.values():
             event.set()

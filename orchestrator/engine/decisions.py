@@ -13,6 +13,7 @@ from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import children, locks, retention
+from . import decider_attempts as attempts
 from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .events import RETENTION_MARKER, retention_text
 from .limits import Defaults, Limits
@@ -76,12 +77,26 @@ class DecisionContext:
     reaches, "") or ("", why it cannot: UNKNOWN_EXTERNAL_WORKFLOW, SIGNAL_LIMIT_EXCEEDED)."""
 
 
-def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> h.HistoryEvent:
+def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> int:
+    """Hand out the decision task `scheduled_id`; the id of its DeciderStarted."""
     check_open(t.state)
     dec = t.state.decider
-    if dec.started_id or dec.scheduled_id != scheduled_id:
+    if dec.retry_pending:
+        if dec.backoff_until or scheduled_id != (dec.scheduled_id or dec.started_scheduled_id):
+            raise NotFound("decision task is no longer available")
+        if not dec.scheduled_id:
+            # Nothing came in that the decider must see: the same window again.
+            return attempts.hand_out_again(t)
+    elif dec.started_id or dec.scheduled_id != scheduled_id:
         raise NotFound("decision task is no longer available")
-    return t.emit(h.DeciderStartedAttributes(scheduled_event_id=scheduled_id, identity=identity))
+    return t.emit(
+        h.DeciderStartedAttributes(
+            # Only a retry says so: the usual history stays as SWF writes it.
+            scheduled_event_id=scheduled_id,
+            identity=identity,
+            attempt=dec.attempt if dec.attempt > 1 else 0,
+        )
+    ).event_id
 
 
 def _check_token(state: RunState, token: TaskToken) -> None:
@@ -89,8 +104,10 @@ def _check_token(state: RunState, token: TaskToken) -> None:
     dec = state.decider
     if not (
         dec.started_id
+        and not dec.retry_pending
         and dec.started_id == token.started_id
         and dec.started_scheduled_id == token.scheduled_id
+        and dec.attempt == token.attempt
     ):
         raise NotFound("decision task not found: it was already answered or has timed out")
 
@@ -99,6 +116,10 @@ def fail_decision_task(
     t: Transition, token: TaskToken, cause: str, details: c.Payload | None, identity: str
 ) -> None:
     _check_token(t.state, token)
+    if attempts.retried_quietly(t):
+        message = attempts.details_message(details.data) if details is not None else ""
+        attempts.park(t, cause or "UNHANDLED_FAILURE", message)
+        return
     attrs = h.DeciderFailedAttributes(
         scheduled_event_id=token.scheduled_id,
         started_event_id=token.started_id,

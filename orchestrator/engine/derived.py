@@ -17,6 +17,7 @@ ACTIVITY = "activity"
 # Deadline kinds.
 WORKFLOW_TIMEOUT = "workflow"
 DECIDER_START_TO_CLOSE = "decider_stc"
+DECIDER_BACKOFF = "decider_backoff"
 ACTIVITY_SCHEDULE_TO_START = "activity_sts"
 ACTIVITY_START_TO_CLOSE = "activity_stc"
 ACTIVITY_SCHEDULE_TO_CLOSE = "activity_s2c"
@@ -47,8 +48,13 @@ def tasks(state: RunState) -> set[TaskRef]:
         return set()
     out: set[TaskRef] = set()
     d = state.decider
+    if d.retry_pending:
+        # A failed attempt is handed out again after its backoff: the queued
+        # DeciderScheduled if events came in since, else the same task.
+        if not d.backoff_until:
+            out.add(TaskRef(DECISION, state.task_list, d.scheduled_id or d.started_scheduled_id))
     # A queued DeciderScheduled is handed out only once the started task ends.
-    if d.scheduled_id and not d.started_id:
+    elif d.scheduled_id and not d.started_id:
         out.add(TaskRef(DECISION, state.task_list, d.scheduled_id))
     for act in state.activities.values():
         if not act.started_id and not act.cancel_requested_id:
@@ -64,8 +70,12 @@ def deadlines(state: RunState) -> dict[tuple[str, int], float]:
         (WORKFLOW_TIMEOUT, 1): state.started_at + state.execution_timeout
     }
     d = state.decider
-    if d.started_id:
-        out[(DECIDER_START_TO_CLOSE, d.started_id)] = d.started_at + state.decider_timeout
+    if d.retry_pending:
+        if d.backoff_until:
+            out[(DECIDER_BACKOFF, d.started_id)] = d.backoff_until
+    elif d.started_id:
+        began = d.attempt_started_at or d.started_at
+        out[(DECIDER_START_TO_CLOSE, d.started_id)] = began + state.decider_timeout
     for act in state.activities.values():
         if act.schedule_to_close is not None:
             out[(ACTIVITY_SCHEDULE_TO_CLOSE, act.scheduled_id)] = (

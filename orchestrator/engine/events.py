@@ -16,7 +16,7 @@ from google.protobuf.message import Message
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
-from . import retention
+from . import decider_attempts, retention
 from .state import (
     CLOSED_STATUSES,
     ActivityState,
@@ -179,13 +179,20 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         d.started_id, d.started_at = event.event_id, at
         d.started_scheduled_id = event.decider_started.scheduled_event_id
         d.scheduled_id = 0
+        d.attempt = max(1, event.decider_started.attempt)
+        d.retry_pending, d.backoff_until, d.attempt_started_at = False, 0.0, 0.0
     elif t == "DeciderCompleted":
         d.previous_started_id = d.started_id
         d.started_id = d.started_scheduled_id = 0
         d.started_at = 0.0
+        d.attempt, d.failure_cause, d.failure_message = 1, "", ""
     elif t in ("DeciderTimedOut", "DeciderFailed"):
         d.started_id = d.started_scheduled_id = 0
         d.started_at = 0.0
+        d.attempt += 1
+        d.failure_cause = (
+            event.decider_failed.cause if t == "DeciderFailed" else decider_attempts.TIMEOUT
+        )
     elif t == "ActivityScheduled":
         s = event.activity_scheduled
         state.activities[s.activity_id] = ActivityState(

@@ -12,6 +12,8 @@ MAX_DEFINITION_BYTES = 256 * 1024
 @dataclass(frozen=True)
 class Limits:
     payload_bytes: int = 256 * 1024
+    payload_depth: int = 100
+    """How deep a JSON payload may nest arrays and objects."""
     definition_bytes: int = MAX_DEFINITION_BYTES
     events_per_run: int = 50_000
     pending_activities: int = 1_000

@@ -33,6 +33,33 @@ class DeciderState:
     started_at: float = 0.0
     previous_started_id: int = 0
     """The DeciderStarted of the last decision task that completed."""
+    attempt: int = 1
+    """Of the decision task scheduled or started: 1, then one more per failure or
+    timeout in a row, back to 1 when a task completes."""
+    # A decision task that fails again after a recorded failure is retried
+    # without appending events (Temporal's "transient" workflow task), after a
+    # backoff: a broken decider costs one task per backoff, not three events per
+    # timeout. What follows lives only here, not in the history.
+    retry_pending: bool = False
+    """The started task failed or timed out again; it is handed out anew (same
+    DeciderStarted, next attempt) once the backoff is over."""
+    backoff_until: float = 0.0
+    attempt_started_at: float = 0.0
+    """When a retried attempt was handed out (its start-to-close runs from here)."""
+    failure_cause: str = ""
+    """Why the last attempt failed ("TIMEOUT", or the decider's cause), for describe."""
+    failure_message: str = ""
+
+
+_OUTSIDE_HISTORY = (
+    "attempt",
+    "retry_pending",
+    "backoff_until",
+    "attempt_started_at",
+    "failure_cause",
+    "failure_message",
+)
+_DECIDER_DEFAULTS = asdict(DeciderState())
 
 
 @dataclass
@@ -158,10 +185,14 @@ class RunState:
         known = {f.name for f in fields(cls)}
         return cls(**{k: v for k, v in raw.items() if k in known})
 
-    def without_heartbeats(self) -> dict[str, Any]:
-        """The part of the state that the history alone determines."""
+    def folded_part(self) -> dict[str, Any]:
+        """The part of the state that the history alone determines: without
+        heartbeats and retried decision-task attempts, which append no events."""
         data = asdict(self)
         for act in data["activities"].values():
             act["last_heartbeat_at"] = 0.0
             act["heartbeat_details"] = ""
+        decider = data["decider"]
+        for name in _OUTSIDE_HISTORY:
+            decider[name] = _DECIDER_DEFAULTS[name]
         return data

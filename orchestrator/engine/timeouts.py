@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from sdk.api.weft.v1 import history_pb2 as h
 
+from . import decider_attempts as attempts
 from . import derived
 from .activity import last_heartbeat
 from .state import ActivityState, RunState
@@ -29,6 +30,11 @@ def fire_deadline(t: Transition, kind: str, ref_id: int) -> bool:
         return False
     if kind == derived.WORKFLOW_TIMEOUT:
         t.emit(h.WorkflowTimedOutAttributes(timeout_type="START_TO_CLOSE"))
+    elif kind == derived.DECIDER_BACKOFF:
+        s.decider.backoff_until = 0.0
+        t.state_changed = True
+    elif kind == derived.DECIDER_START_TO_CLOSE and attempts.retried_quietly(t):
+        attempts.park(t, attempts.TIMEOUT, "")
     elif kind == derived.DECIDER_START_TO_CLOSE:
         t.emit(
             h.DeciderTimedOutAttributes(

@@ -14,6 +14,8 @@ class TaskToken:
     kind: str
     scheduled_id: int
     started_id: int
+    attempt: int = 1
+    """Of a decision task: a retried attempt reuses its DeciderStarted."""
 
 
 def check_open(state: RunState) -> None:

@@ -81,6 +81,15 @@ def upsert(
     return ins.values(**values).on_conflict_do_update(index_elements=keys, set_=update)
 
 
+def upsert_many(is_pg: bool, table: Any, keys: list[str], update: list[str]) -> Insert:
+    """An insert to run with many rows: each row that hits a key updates `update`
+    to its own new values."""
+    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
+    return ins.on_conflict_do_update(
+        index_elements=keys, set_={name: ins.excluded[name] for name in update}
+    )
+
+
 def is_conflict(exc: BaseException) -> bool:
     """Serialization failure or deadlock: another transaction won."""
     return getattr(getattr(exc, "orig", None), "sqlstate", None) in ("40001", "40P01")

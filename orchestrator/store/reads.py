@@ -181,14 +181,34 @@ class StoreBase:
         return RunState.from_json(row.state)
 
     async def read_history(
-        self, run_id: str, first_id: int, last_id: int | None, limit: int
+        self,
+        run_id: str,
+        first_id: int,
+        last_id: int | None,
+        limit: int,
+        max_bytes: int | None = None,
     ) -> list[h.HistoryEvent]:
-        query = select(history_events.c.data).where(
-            history_events.c.run_id == run_id, history_events.c.event_id >= first_id
-        )
+        """Events from `first_id` (to `last_id`), at most `limit` of them and, with
+        `max_bytes`, no more bytes than that, but always the first one: a page of
+        large payloads stays within what a client can receive."""
+        ev = history_events.c
+        query = select(ev.event_id, ev.data).where(ev.run_id == run_id, ev.event_id >= first_id)
         if last_id is not None:
-            query = query.where(history_events.c.event_id <= last_id)
-        rows = await self._rows(query.order_by(history_events.c.event_id).limit(limit))
+            query = query.where(ev.event_id <= last_id)
+        query = query.order_by(ev.event_id).limit(limit)
+        if max_bytes is not None:
+            # The bytes before each row, over at most `limit` rows; only rows that
+            # start within the budget are sent back.
+            page = query.subquery()
+            size = func.length(page.c.data)
+            before = (func.sum(size).over(order_by=page.c.event_id) - size).label("before")
+            windowed = select(page.c.event_id, page.c.data, before).subquery()
+            query = (
+                select(windowed.c.event_id, windowed.c.data)
+                .where(windowed.c.before < max_bytes)
+                .order_by(windowed.c.event_id)
+            )
+        rows = await self._rows(query)
         return [h.HistoryEvent.FromString(r.data) for r in rows]
 
     async def list_runs(
@@ -280,18 +300,29 @@ class StoreBase:
 
     # -- pollers and registrations -------------------------------------------------
 
-    async def record_poller(self, key: TaskListKey, identity: str) -> None:
-        values = {
-            "namespace": key.namespace,
-            "kind": key.kind,
-            "task_list": key.task_list,
-            "identity": identity,
-            "last_seen": naive(utcnow().timestamp()),
-        }
-        stmt = dialect.upsert(
-            self.is_pg, pollers, values, ["namespace", "kind", "task_list", "identity"]
+    async def record_pollers(self, sightings: list[tuple[TaskListKey, str, float]]) -> None:
+        """Write (task list, identity, when) sightings, one transaction for all."""
+        if not sightings:
+            return
+        rows = [
+            {
+                "namespace": key.namespace,
+                "kind": key.kind,
+                "task_list": key.task_list,
+                "identity": identity,
+                "last_seen": naive(at),
+            }
+            for key, identity, at in sorted(sightings, key=lambda r: (r[0].task_list, r[1]))
+        ]
+        stmt = dialect.upsert_many(
+            self.is_pg, pollers, ["namespace", "kind", "task_list", "identity"], ["last_seen"]
         )
-        await self._retrying(lambda: self._execute(stmt))
+
+        async def attempt() -> None:
+            async with self._write() as conn:
+                await conn.execute(stmt, rows)
+
+        await self._retrying(attempt)
 
     async def _execute(self, stmt: Any) -> None:
         async with self._write() as conn:

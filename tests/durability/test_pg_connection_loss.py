@@ -590,7 +590,7 @@ async def test_poll_that_answers_unavailable_has_not_taken_the_task(
             cur = await admin.conn.execute(
                 "SELECT pg_terminate_backend(pid) FROM pg_stat_activity"
                 " WHERE datname = %s AND state = 'active'"
-                " AND query LIKE 'SELECT history_events.data%%'",
+                " AND query LIKE '%%history_events.data%%'",
                 (admin.database,),
             )
             killed.extend(1 for (ok,) in await cur.fetchall() if ok)

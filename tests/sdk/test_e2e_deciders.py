@@ -79,14 +79,14 @@ async def test_async_decider_runs_a_workflow(client: AsyncClient, task_list: str
 # -- failing deciders -------------------------------------------------------------------
 
 
-async def test_raising_decider_fails_once_then_times_out_then_recovers(
+async def test_raising_decider_is_recorded_once_then_retried_quietly_until_it_recovers(
     client: AsyncClient, task_list: str
 ) -> None:
     broken = {"on": True}
-    attempts: list[int] = []
+    attempts: list[tuple[int, int]] = []
 
     def decide(task: DecisionTask) -> None:
-        attempts.append(task.started_event_id)
+        attempts.append((task.started_event_id, task.attempt))
         if broken["on"]:
             raise RuntimeError("kaboom in decide")
         task.complete("recovered")
@@ -95,38 +95,39 @@ async def test_raising_decider_fails_once_then_times_out_then_recovers(
         client, task_lists=[task_list], deciders=[make_decider("fragile", decide)]
     )
     async with worker:
-        run = await client.start_workflow(
-            "fragile", task_list=task_list, decider_timeout=timedelta(seconds=1)
-        )
-        await wait_for_event(client, run.workflow_id, "DeciderFailed")
-        # The retry raises again: the worker leaves it to time out.
-        events = await wait_for_event(client, run.workflow_id, "DeciderTimedOut")
+        run = await client.start_workflow("fragile", task_list=task_list)
+
+        async def parked() -> Any:
+            described = await client.describe(run.workflow_id)
+            return described if described.decider_attempt >= 4 else None
+
+        described = await wait_until(parked)
+        # Failures after the first append nothing: the history is as it was.
+        assert types(await client.history(run.workflow_id)) == [
+            "WorkflowStarted",
+            "DeciderScheduled",
+            "DeciderStarted",
+            "DeciderFailed",
+            "DeciderScheduled",
+            "DeciderStarted",
+        ]
+        assert described.decider_state == "retrying"
+        assert described.decider_failure == "DECIDER_EXCEPTION: kaboom in decide"
         broken["on"] = False
         result = await client.result(run.workflow_id, timeout=WAIT)
     assert result == "recovered"
 
     events = await client.history(run.workflow_id)
-    kinds = types(events)
-    assert kinds[:7] == [
+    assert types(events) == [
         "WorkflowStarted",
         "DeciderScheduled",
         "DeciderStarted",
         "DeciderFailed",
         "DeciderScheduled",
         "DeciderStarted",
-        "DeciderTimedOut",
-    ]
-    assert kinds.count("DeciderFailed") == 1
-    assert kinds[-4:] == [
-        "DeciderScheduled",
-        "DeciderStarted",
         "DeciderCompleted",
         "WorkflowSuccess",
     ]
-    # Between the failure and the success only timeouts: never a second DeciderFailed.
-    middle = kinds[7:-4]
-    assert set(middle) <= {"DeciderScheduled", "DeciderStarted", "DeciderTimedOut"}
-
     failed = only(events, "DeciderFailed")
     assert failed.get("cause") == "DECIDER_EXCEPTION"
     assert failed.get("scheduled_event_id") == 2
@@ -135,12 +136,14 @@ async def test_raising_decider_fails_once_then_times_out_then_recovers(
     assert details["type"] == "builtins.RuntimeError"
     assert details["message"] == "kaboom in decide"
     assert "RuntimeError: kaboom in decide" in details["traceback"]
-    timed_out = next(e for e in events if e.type == "DeciderTimedOut")
-    assert timed_out.get("started_event_id") == 6
-    assert timed_out.get("timeout_type") == "START_TO_CLOSE"
-    # Every attempt was a decide call; the last one answered.
-    started = [e.event_id for e in events if e.type == "DeciderStarted"]
-    assert attempts == started
+    assert events[5].get("attempt") == 2
+    # Every attempt was a decide call on the same window; the attempts count up.
+    assert attempts[0] == (3, 1)
+    assert [a for _, a in attempts[1:]] == list(range(2, len(attempts) + 1))
+    assert {started for started, _ in attempts[1:]} == {6}
+    completed = only(events, "DeciderCompleted")
+    assert completed.get("started_event_id") == 6
+    assert (await client.describe(run.workflow_id)).decider_failure == ""
 
 
 async def test_unknown_workflow_type(client: AsyncClient, task_list: str) -> None:
@@ -156,31 +159,33 @@ async def test_unknown_workflow_type(client: AsyncClient, task_list: str) -> Non
     assert (await client.describe(run.workflow_id)).status == "open"
 
 
-async def test_refused_decisions_fail_once_then_time_out(
+async def test_refused_decisions_are_recorded_once_then_retried_quietly(
     client: AsyncClient, task_list: str
 ) -> None:
     def decide(task: DecisionTask) -> None:
         task.complete("x" * (300 * 1024))  # over the payload limit: the server refuses it
 
-    async def settled() -> list[str]:
-        kinds = types(await client.history(run.workflow_id))
-        return kinds if "DeciderTimedOut" in kinds or kinds.count("DeciderFailed") > 1 else []
-
     async with DeciderWorker(
         client, task_lists=[task_list], deciders=[make_decider("oversized", decide)]
     ):
-        run = await client.start_workflow(
-            "oversized", task_list=task_list, decider_timeout=timedelta(seconds=1)
-        )
+        run = await client.start_workflow("oversized", task_list=task_list)
+
+        async def parked() -> Any:
+            described = await client.describe(run.workflow_id)
+            return described if described.decider_attempt >= 3 else None
+
         try:
-            kinds = await wait_until(settled)
+            described = await wait_until(parked)
         finally:
             await client.terminate(run.workflow_id, reason="test over")
-    failed = only(await client.history(run.workflow_id), "DeciderFailed")
+    events = await client.history(run.workflow_id)
+    failed = only(events, "DeciderFailed")
     assert failed.get("cause") == "BAD_DECISIONS"
     assert "payload limit" in failed.get("details")["message"]
-    assert kinds.count("DeciderFailed") == 1
-    assert "DeciderTimedOut" in kinds
+    assert described.decider_failure.startswith("BAD_DECISIONS: ")
+    assert "payload limit" in described.decider_failure
+    assert types(events)[-1] == "WorkflowTerminated"
+    assert "DeciderTimedOut" not in types(events)
 
 
 # -- what a decider reads and records ---------------------------------------------------

@@ -220,9 +220,12 @@ class Run:
         self, scheduled_id: int | None = None, identity: str = "decider"
     ) -> TaskToken:
         """Take a decision task (the outstanding DeciderScheduled unless told)."""
-        sid = self.state.decider.scheduled_id if scheduled_id is None else scheduled_id
+        d = self.state.decider
+        # A retried attempt is handed out on the task that failed, unless one is queued.
+        queued = d.scheduled_id or (d.started_scheduled_id if d.retry_pending else 0)
+        sid = queued if scheduled_id is None else scheduled_id
         started = self.apply(lambda t: start_decision_task(t, sid, identity))
-        return TaskToken(self.key, "decision", sid, started.event_id)
+        return TaskToken(self.key, "decision", sid, started, self.state.decider.attempt)
 
     def decide(
         self, token: TaskToken, *decisions: d.Decision, ctx: DecisionContext | None = None

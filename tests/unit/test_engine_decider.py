@@ -152,6 +152,7 @@ def test_single_decider_holds_through_a_busy_script() -> None:
                 "decision",
                 r.state.decider.started_scheduled_id,
                 r.state.decider.started_id,
+                r.state.decider.attempt,
             )
         ),
         lambda r: r.signal("s4"),
@@ -192,16 +193,19 @@ def test_previous_started_id_is_the_last_completed_decision_task() -> None:
             3,
         ),  # 9, 10
         (lambda r: r.poll_decision(), ["DeciderStarted"], 3),  # 11
-        (lambda r: r.fail_decision(_current(r)), ["DeciderFailed", "DeciderScheduled"], 3),
-        (lambda r: r.poll_decision(), ["DeciderStarted"], 3),  # 14
+        (lambda r: r.decide(_current(r)), ["DeciderCompleted"], 11),  # 12
+        (lambda r: r.signal(), ["Signal", "DeciderScheduled"], 11),  # 13, 14
+        (lambda r: r.poll_decision(), ["DeciderStarted"], 11),  # 15
+        (lambda r: r.fail_decision(_current(r)), ["DeciderFailed", "DeciderScheduled"], 11),
+        (lambda r: r.poll_decision(), ["DeciderStarted"], 11),  # 18
         (
             lambda r: r.fire_when_due(derived.TIMER, 5),
             ["TimerExpired", "DeciderScheduled"],
-            3,
-        ),  # 15, 16 (queued behind 14)
-        (lambda r: r.decide(_current(r)), ["DeciderCompleted"], 14),  # 17
-        (lambda r: r.poll_decision(), ["DeciderStarted"], 14),  # 18
-        (lambda r: r.decide(_current(r), complete_workflow()), ["DeciderCompleted"], 18),
+            11,
+        ),  # 19, 20 (queued behind 18)
+        (lambda r: r.decide(_current(r)), ["DeciderCompleted"], 18),  # 21
+        (lambda r: r.poll_decision(), ["DeciderStarted"], 18),  # 22
+        (lambda r: r.decide(_current(r), complete_workflow()), ["DeciderCompleted"], 22),
     ]
     for command, appended, previous in steps:
         command(run)
@@ -211,13 +215,13 @@ def test_previous_started_id_is_the_last_completed_decision_task() -> None:
     # The decider kept its window ends: every DeciderStarted is where a window
     # ends, and the previous one is never after the current one.
     started_ids = [e.event_id for e in run.history if e.type == "DeciderStarted"]
-    assert started_ids == [3, 8, 11, 14, 18]
+    assert started_ids == [3, 8, 11, 15, 18, 22]
 
 
 def _current(run: Run) -> TaskToken:
     dec = run.state.decider
     assert dec.started_id, "no decision task is started"
-    return TaskToken(run.key, "decision", dec.started_scheduled_id, dec.started_id)
+    return TaskToken(run.key, "decision", dec.started_scheduled_id, dec.started_id, dec.attempt)
 
 
 def test_window_events_up_to_decider_started_include_the_triggers() -> None:

@@ -161,10 +161,10 @@ def test_fold_of_the_history_equals_the_carried_state(run: Run) -> None:
     assert run.snapshots
     for length, state in run.snapshots:
         rebuilt = fold(run.key, run.history[:length])
-        assert rebuilt.without_heartbeats() == state.without_heartbeats(), f"after {length}"
+        assert rebuilt.folded_part() == state.folded_part(), f"after {length}"
         # What the store derives from the rebuilt state matches, heartbeats aside.
         assert derived.tasks(rebuilt) == derived.tasks(state)
-    assert fold(run.key, run.history).without_heartbeats() == run.state.without_heartbeats()
+    assert fold(run.key, run.history).folded_part() == run.state.folded_part()
 
 
 def test_state_round_trips_through_json(run: Run) -> None:
@@ -199,7 +199,7 @@ def test_successor_runs_fold_too(run: Run) -> None:
         assert isinstance(successor, Transition)
         assert [e.event_id for e in successor.events] == list(range(1, len(successor.events) + 1))
         rebuilt = fold(successor.state.key, successor.events)
-        assert rebuilt.without_heartbeats() == successor.state.without_heartbeats()
+        assert rebuilt.folded_part() == successor.state.folded_part()
         assert rebuilt.continued_from_run_id == run.key.run_id
 
 

@@ -538,17 +538,23 @@ class DeciderStartedAttributes(_message.Message):
 
     SCHEDULED_EVENT_ID_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     scheduled_event_id: _builtins.int
     identity: _builtins.str
+    attempt: _builtins.int
+    """1, or more after failures in a row (a retried attempt that reuses this
+    event appends nothing).
+    """
     def __init__(
         self,
         *,
         scheduled_event_id: _builtins.int = ...,
         identity: _builtins.str = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "scheduled_event_id", b"scheduled_event_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "identity", b"identity", "scheduled_event_id", b"scheduled_event_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

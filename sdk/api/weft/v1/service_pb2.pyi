@@ -488,9 +488,21 @@ class DescribeWorkflowResponse(_message.Message):
     DECIDER_TIMEOUT_FIELD_NUMBER: _builtins.int
     CANCEL_REQUESTED_FIELD_NUMBER: _builtins.int
     LOCKS_FIELD_NUMBER: _builtins.int
+    DECIDER_ATTEMPT_FIELD_NUMBER: _builtins.int
+    DECIDER_FAILURE_CAUSE_FIELD_NUMBER: _builtins.int
+    DECIDER_FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
+    DECIDER_RETRY_TIME_FIELD_NUMBER: _builtins.int
     decider_state: _builtins.str
-    """"none", "scheduled", "started" or "started+scheduled"."""
+    """"none", "scheduled", "started", "started+scheduled", or "retrying" (a failed
+    attempt waits out its backoff, or for a poller).
+    """
     cancel_requested: _builtins.bool
+    decider_attempt: _builtins.int
+    """The decision task's attempt (1 unless it failed or timed out in a row),
+    why the last attempt failed, and when a retried one is handed out again.
+    """
+    decider_failure_cause: _builtins.str
+    decider_failure_message: _builtins.str
     @_builtins.property
     def info(self) -> _common_pb2.WorkflowExecutionInfo: ...
     @_builtins.property
@@ -505,6 +517,8 @@ class DescribeWorkflowResponse(_message.Message):
     def locks(self) -> _containers.RepeatedCompositeFieldContainer[Global___RunLock]:
         """Locks the run holds or waits for, in request order."""
 
+    @_builtins.property
+    def decider_retry_time(self) -> _timestamp_pb2.Timestamp: ...
     def __init__(
         self,
         *,
@@ -516,10 +530,14 @@ class DescribeWorkflowResponse(_message.Message):
         decider_timeout: _duration_pb2.Duration | None = ...,
         cancel_requested: _builtins.bool = ...,
         locks: _abc.Iterable[Global___RunLock] | None = ...,
+        decider_attempt: _builtins.int = ...,
+        decider_failure_cause: _builtins.str = ...,
+        decider_failure_message: _builtins.str = ...,
+        decider_retry_time: _timestamp_pb2.Timestamp | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["decider_retry_time", b"decider_retry_time", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "locks", b"locks", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_attempt", b"decider_attempt", "decider_failure_cause", b"decider_failure_cause", "decider_failure_message", b"decider_failure_message", "decider_retry_time", b"decider_retry_time", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "locks", b"locks", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -657,6 +675,7 @@ class PollForDecisionTaskResponse(_message.Message):
     STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     PREVIOUS_STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     CONTINUE_AS_NEW_SUGGESTED_FIELD_NUMBER: _builtins.int
+    ATTEMPT_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     """Empty when the long poll expired with no task."""
     next_page_token: _builtins.bytes
@@ -668,6 +687,8 @@ class PollForDecisionTaskResponse(_message.Message):
     """The history is near the per-run event limit: past it only a close
     decision is accepted, so the decider should continue as new now.
     """
+    attempt: _builtins.int
+    """1, or the attempt of a task that failed or timed out in a row before."""
     @_builtins.property
     def workflow_execution(self) -> _common_pb2.WorkflowExecution: ...
     @_builtins.property
@@ -687,10 +708,11 @@ class PollForDecisionTaskResponse(_message.Message):
         started_event_id: _builtins.int = ...,
         previous_started_event_id: _builtins.int = ...,
         continue_as_new_suggested: _builtins.bool = ...,
+        attempt: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continue_as_new_suggested", b"continue_as_new_suggested", "events", b"events", "next_page_token", b"next_page_token", "previous_started_event_id", b"previous_started_event_id", "started_event_id", b"started_event_id", "task_token", b"task_token", "workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "continue_as_new_suggested", b"continue_as_new_suggested", "events", b"events", "next_page_token", b"next_page_token", "previous_started_event_id", b"previous_started_event_id", "started_event_id", b"started_event_id", "task_token", b"task_token", "workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
