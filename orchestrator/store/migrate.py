@@ -6,6 +6,8 @@ advisory lock; SQLite has one node and serialises writers anyway.
 
 from __future__ import annotations
 
+import contextlib
+import os
 from pathlib import Path
 
 from alembic import command
@@ -34,7 +36,22 @@ def alembic_config(connection: Connection) -> Config:
     return cfg
 
 
+def create_private_file(url: str) -> None:
+    """A new SQLite database is created readable by its owner only: it holds the
+    task-token key and every payload. (SQLite gives its -wal and -shm files the
+    database file's permissions.) An existing file is left as its owner set it."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
+        return
+    path = Path(u.database)
+    if path.exists():
+        return
+    with contextlib.suppress(FileExistsError):  # another process made it meanwhile
+        os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
+
+
 def upgrade(url: str) -> None:
+    create_private_file(url)
     engine = create_engine(sync_url(url))
     try:
         with engine.connect() as conn:
