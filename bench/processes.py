@@ -13,6 +13,8 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import grpc
@@ -94,10 +96,13 @@ class Process:
 
 
 class WeftServer(Process):
-    """`weft server --db URL` on a free port."""
+    """`weft server --db URL` on a free port, its metrics on another."""
 
-    def __init__(self, name: str, db_url: str, log_dir: Path, log_level: str) -> None:
+    def __init__(
+        self, name: str, db_url: str, log_dir: Path, log_level: str, extra: tuple[str, ...] = ()
+    ) -> None:
         self.port = free_port()
+        self.metrics_port = free_port()
         super().__init__(
             name,
             [
@@ -107,11 +112,20 @@ class WeftServer(Process):
                 db_url,
                 "--listen",
                 self.address,
+                "--metrics-listen",
+                f"127.0.0.1:{self.metrics_port}",
                 "--log-level",
                 log_level,
+                *extra,
             ],
             log_dir,
         )
+
+    def counts(self) -> Counts:
+        """The server's own counters so far: RPCs by method, SQL statements, transactions."""
+        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
+        with urllib.request.urlopen(url, timeout=10) as resp:
+            return Counts.parse(resp.read().decode())
 
     @property
     def address(self) -> str:
@@ -132,6 +146,35 @@ class WeftServer(Process):
                 if time.monotonic() > deadline:
                     raise RuntimeError(f"{self.name} not serving in {timeout}s\n{self.log_tail()}")
                 await asyncio.sleep(0.05)
+
+
+@dataclass
+class Counts:
+    rpcs: dict[str, float] = field(default_factory=dict)
+    statements: float = 0.0
+    transactions: float = 0.0
+
+    @classmethod
+    def parse(cls, text: str) -> Counts:
+        out = cls()
+        for line in text.splitlines():
+            if line.startswith("weft_rpc_duration_seconds_count{"):
+                labels, _, value = line.rpartition(" ")
+                method = labels.split('method="', 1)[1].split('"', 1)[0]
+                out.rpcs[method] = out.rpcs.get(method, 0.0) + float(value)
+            elif line.startswith("weft_db_statements_total "):
+                out.statements = float(line.split()[1])
+            elif line.startswith("weft_db_transactions_total "):
+                out.transactions = float(line.split()[1])
+        return out
+
+    def __sub__(self, earlier: Counts) -> Counts:
+        rpcs = {m: n - earlier.rpcs.get(m, 0.0) for m, n in self.rpcs.items()}
+        return Counts(
+            {m: n for m, n in rpcs.items() if n},
+            self.statements - earlier.statements,
+            self.transactions - earlier.transactions,
+        )
 
 
 def weft_worker(

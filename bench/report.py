@@ -105,7 +105,7 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
         f"{title} ({result['workflows_per_batch']} workflows x {result['steps_per_workflow']}"
         " trivial activities / steps per batch)"
     )
-    rows, rows2 = [], []
+    rows, rows2, rows3 = [], [], []
     for p in result["points"]:
         rows.append(
             [
@@ -130,6 +130,15 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
                 fmt(p["ratio.append_txns_per_activity"], 1),
                 fmt(p["echo.calls_per_s"]),
                 fmt(p["ratio.echo_calls_per_activity"], 1),
+            ]
+        )
+        rows3.append(
+            [
+                str(p["inflight"]),
+                fmt(p.get("weft.rpcs_per_activity"), 1),
+                fmt(p.get("weft.transactions_per_activity"), 1),
+                fmt(p.get("weft.statements_per_activity"), 1),
+                fmt(p["weft.server_cpu_cores"], 2),
             ]
         )
     return [
@@ -162,6 +171,13 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
                 "echoes per act",
             ],
             rows2,
+        ),
+        "",
+        "Per activity, counted by the server (RPCs answered, SQL statements sent,"
+        " transactions committed), and the server's CPU in cores",
+        table(
+            ["in flight", "RPCs/act", "transactions/act", "statements/act", "server cores"],
+            rows3,
         ),
     ]
 

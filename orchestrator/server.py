@@ -58,6 +58,7 @@ class Server:
 
     async def start(self) -> int:
         store = self._store = await Store.open(self.config.db_url, self._committed)
+        self.metrics.count_database(store.stats)
         tokens = TokenCodec(await store.token_secret())
         settings = ServiceSettings(
             long_poll=self.config.long_poll,

@@ -34,6 +34,7 @@ async def weft_batch(
         return sum(proc.cpu() for proc in workers)
 
     prefix = f"{workflow_type}-c{inflight}-{uuid.uuid4().hex[:6]}"
+    counts0 = node.server.counts()
     server_cpu0, workers_cpu0 = node.server.cpu(), workers_cpu()
     batch = await run_batch(
         node.client,
@@ -47,6 +48,8 @@ async def weft_batch(
     )
     server_cpu = node.server.cpu() - server_cpu0
     spent_by_workers = workers_cpu() - workers_cpu0
+    # Parked polls count when they answer: a few straddle the window's ends.
+    counts = node.server.counts() - counts0
     node.check_alive()
     if not timed:
         return {}
@@ -60,5 +63,8 @@ async def weft_batch(
         "server_cpu_per_activity_ms": server_cpu / activities * 1000,
         "workers_cpu_per_activity_ms": spent_by_workers / activities * 1000,
         "server_cpu_cores": server_cpu / batch.seconds,
+        "rpcs_per_activity": sum(counts.rpcs.values()) / activities,
+        "statements_per_activity": counts.statements / activities,
+        "transactions_per_activity": counts.transactions / activities,
         **hand_offs.summary(),
     }

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import func, insert, literal, select, union_all
+from sqlalchemy import event, func, insert, literal, select, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -23,6 +23,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 from . import dialect
 from .rows import (
     Committed,
+    DbStats,
     DueDeadline,
     LockEntry,
     LockView,
@@ -64,6 +65,17 @@ def _translate(exc: DBAPIError) -> Exception:
     return Unavailable(f"database unavailable: {exc.orig or exc}")
 
 
+def _count_into(stats: DbStats, engine: AsyncEngine) -> None:
+    def statement(*_: Any) -> None:
+        stats.statements += 1
+
+    def transaction(*_: Any) -> None:
+        stats.transactions += 1
+
+    event.listen(engine.sync_engine, "before_cursor_execute", statement)
+    event.listen(engine.sync_engine, "commit", transaction)
+
+
 class StoreBase:
     def __init__(self, engine: AsyncEngine, on_commit: Callable[[Committed], None]) -> None:
         self._engine = engine
@@ -72,6 +84,8 @@ class StoreBase:
         self._on_commit = on_commit
         self._attempts: set[asyncio.Future[Any]] = set()
         self.node_id = uuid.uuid4().hex[:16]  # tells this node's NOTIFYs from others'
+        self.stats = DbStats()
+        _count_into(self.stats, engine)
 
     async def close(self) -> None:
         # Attempts whose callers were cancelled are still finishing: let them give

@@ -45,6 +45,14 @@ class TaskListKey:
 
 
 @dataclass
+class DbStats:
+    """What this node asked of its database, for the metrics and `make bench`."""
+
+    statements: int = 0
+    transactions: int = 0
+
+
+@dataclass
 class Committed:
     """What a commit changed that waiting pollers, followers and the timer scanner care about."""
 

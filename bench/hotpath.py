@@ -1,0 +1,196 @@
+"""`python -m bench.hotpath`: profile the server's hot path under the bench's load.
+
+    .venv/bin/python -m bench.hotpath                 # PostgreSQL, 4 in flight
+    .venv/bin/python -m bench.hotpath --inflight 16 --workflows 200 --py-spy
+    .venv/bin/python -m bench.hotpath --sqlite
+
+Starts `weft server` with a `weft decider` and a `weft runner` on
+`bench.workload` (as `make bench` does, on a database of its own), runs a
+warm-up batch, then a timed batch of the `bench-chain` workflow, and prints per
+completed activity: the server's CPU, the RPCs it answered (by method), the SQL
+statements it sent and the transactions it committed (its own counters), and on
+PostgreSQL the transactions the database counted (`pg_stat_database`). With
+`--py-spy` (py-spy installed: `pip install py-spy`), it also samples the server
+during the timed batch and prints where its CPU went, by layer and by function.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import collections
+import shutil
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import psycopg
+
+from bench import pgdb
+from bench.drive import Completions, run_batch
+from bench.processes import REPO, Counts
+from bench.rig import WeftNode
+
+DATABASE = "weft_hotpath"
+# Where a sampled frame's file lies decides its layer; the first match wins.
+LAYERS = (
+    ("psycopg", "psycopg"),
+    ("sqlalchemy", "SQLAlchemy"),
+    ("aiosqlite", "aiosqlite/sqlite3"),
+    ("sqlite3", "aiosqlite/sqlite3"),
+    ("grpc", "gRPC"),
+    ("google/protobuf", "protobuf"),
+    ("structlog", "logging"),
+    ("prometheus_client", "metrics"),
+    ("orchestrator/", "Weft"),
+    ("sdk/", "Weft"),
+    ("asyncio", "asyncio"),
+)
+
+
+async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
+    if args.sqlite:
+        db_url = f"sqlite:///{log_dir}/hotpath.db"
+    else:
+        pgdb.recreate(args.postgres, DATABASE)
+        db_url = pgdb.url(args.postgres, DATABASE)
+    node = await WeftNode.start("hotpath", db_url, log_dir, "warning")
+    completions = await Completions.open()
+
+    async def batch(workflows: int, prefix: str) -> float:
+        done = await run_batch(
+            node.client,
+            completions,
+            workflow_type="bench-chain",
+            task_list="bench",
+            workflows=workflows,
+            steps=args.steps,
+            inflight=args.inflight,
+            prefix=prefix,
+        )
+        return done.seconds
+
+    try:
+        await batch(max(4, args.workflows // 5), "warm")
+        spy = _start_py_spy(node.server.pid, log_dir) if args.py_spy else None
+        counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
+        seconds = await batch(args.workflows, "timed")
+        cpu = node.server.cpu() - cpu0
+        counts = node.server.counts() - counts0
+        await asyncio.sleep(1.2)  # PostgreSQL publishes its counters about every second
+        xacts = _xacts(args, db_url) - xacts0
+        node.check_alive()
+        spy_out = _stop_py_spy(spy) if spy is not None else None
+    finally:
+        await node.stop()
+        if not args.sqlite:
+            pgdb.drop(args.postgres, DATABASE)
+    activities = args.workflows * args.steps
+    return {
+        "activities": activities,
+        "seconds": seconds,
+        "counts": counts,
+        "cpu": cpu,
+        "xacts": xacts,
+        "spy": spy_out,
+    }
+
+
+def _xacts(args: argparse.Namespace, db_url: str) -> float:
+    if args.sqlite:
+        return 0.0
+    with psycopg.connect(db_url, autocommit=True) as conn:
+        row = conn.execute(
+            "SELECT xact_commit + xact_rollback FROM pg_stat_database"
+            " WHERE datname = current_database()"
+        ).fetchone()
+    return float(row[0]) if row else 0.0
+
+
+def _start_py_spy(pid: int, log_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    exe = shutil.which("py-spy") or str(Path(REPO / ".venv/bin/py-spy"))
+    out = log_dir / "server.folded"
+    proc = subprocess.Popen(
+        [exe, "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(out), "--nonblocking"],
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    time.sleep(0.5)  # attached before the timed batch starts
+    return proc, out
+
+
+def _stop_py_spy(spy: tuple[subprocess.Popen[bytes], Path]) -> dict[str, Any]:
+    proc, out = spy
+    proc.send_signal(subprocess.signal.SIGINT)  # type: ignore[attr-defined]
+    proc.wait(timeout=30)
+    layers: collections.Counter[str] = collections.Counter()
+    functions: collections.Counter[str] = collections.Counter()
+    for line in out.read_text().splitlines():
+        stack, _, count = line.rpartition(" ")
+        frames = stack.split(";")
+        leaf = frames[-1]
+        n = int(count)
+        functions[leaf] += n
+        layers[_layer(frames)] += n
+    return {"layers": layers, "functions": functions, "file": str(out)}
+
+
+def _layer(frames: list[str]) -> str:
+    """The innermost frame that belongs to a known layer names the sample's layer."""
+    for frame in reversed(frames):
+        for marker, name in LAYERS:
+            if marker in frame:
+                return name
+    return "other"
+
+
+def render(result: dict[str, Any], args: argparse.Namespace) -> str:
+    acts = result["activities"]
+    counts: Counts = result["counts"]
+    lines = [
+        f"{'SQLite' if args.sqlite else 'PostgreSQL'}, {args.inflight} in flight,"
+        f" {args.workflows} workflows x {args.steps} activities:"
+        f" {acts / result['seconds']:.0f} activities/s",
+        f"server CPU per activity      {result['cpu'] / acts * 1000:8.2f} ms",
+        f"RPCs per activity            {sum(counts.rpcs.values()) / acts:8.2f}",
+    ]
+    for method, n in sorted(counts.rpcs.items(), key=lambda kv: -kv[1]):
+        lines.append(f"  {method:<28}{n / acts:8.2f}")
+    lines += [
+        f"SQL statements per activity  {counts.statements / acts:8.2f}",
+        f"transactions per activity    {counts.transactions / acts:8.2f}",
+    ]
+    if not args.sqlite:
+        lines.append(f"PostgreSQL xacts per act.    {result['xacts'] / acts:8.2f}")
+    spy = result["spy"]
+    if spy:
+        total = sum(spy["layers"].values()) or 1
+        lines += ["", "server samples by layer (innermost known frame):"]
+        for name, n in spy["layers"].most_common():
+            lines.append(f"  {name:<20}{100 * n / total:6.1f} %")
+        lines += ["", "top functions (own samples):"]
+        for name, n in spy["functions"].most_common(25):
+            lines.append(f"  {100 * n / total:5.1f} %  {name[:110]}")
+        lines.append(f"(folded stacks in {spy['file']})")
+    return "\n".join(lines)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m bench.hotpath", description=__doc__)
+    parser.add_argument("--inflight", type=int, default=4)
+    parser.add_argument("--workflows", type=int, default=100)
+    parser.add_argument("--steps", type=int, default=5)
+    parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
+    parser.add_argument("--sqlite", action="store_true", help="profile on SQLite instead")
+    parser.add_argument("--py-spy", action="store_true", help="sample the server with py-spy")
+    args = parser.parse_args(argv)
+    with tempfile.TemporaryDirectory(prefix="weft-hotpath-") as tmp:
+        log_dir = Path(tmp) if not args.py_spy else Path(tempfile.mkdtemp(prefix="weft-spy-"))
+        result = asyncio.run(profile(args, log_dir))
+    print(render(result, args))
+
+
+if __name__ == "__main__":
+    main()
