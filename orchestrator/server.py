@@ -71,6 +71,8 @@ class Server:
             store, tokens, self._wakeups, settings, self.metrics, pollers
         )
         admin = AdminService(store, tokens, self._wakeups, settings, self.metrics, pollers)
+        # A commit on this node hands its new tasks to polls waiting here.
+        store.set_offer(self._service.polls.offer)
         self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
@@ -83,9 +85,10 @@ class Server:
                     listen(
                         self.config.db_url,
                         self._on_notify,
-                        self._wakeups.wake_all,
+                        self._lost_notifications,
                         ready,
                         own_node=store.node_id,
+                        on_change=self._on_change,
                     ),
                     name="pg-listener",
                 )
@@ -151,8 +154,20 @@ class Server:
                 self._pollers.put_back(rows)
                 log.warning("pollers.write_failed", error=str(exc)[:200])
 
+    def _on_change(self, kind: str, subject: str) -> None:
+        """Another node's news: a namespace's types were registered anew."""
+        if kind == "types" and self._store is not None:
+            self._store.types.forget(subject)
+
     def _on_notify(self, key: TaskListKey, added: int) -> None:
         self._wakeups.wake_pollers(key, added)
+
+    def _lost_notifications(self) -> None:
+        """The link to the other nodes was (re)made: what came meanwhile is lost,
+        so every waiter looks again and nothing read from other nodes is trusted."""
+        self._wakeups.wake_all()
+        if self._store is not None:
+            self._store.types.clear()
 
     async def wait(self) -> None:
         assert self._grpc is not None

@@ -100,17 +100,17 @@ class ServiceBase:
         self._tokens = tokens
         self._wakeups = wakeups
         self._settings = settings
-        self._polls = LongPolls(wakeups, settings.max_polls_per_client)
+        self.polls = LongPolls(wakeups, settings.max_polls_per_client)
         self._pollers = pollers
 
     @property
     def draining(self) -> bool:
         """The node is shutting down: polls answer empty, followers stop waiting."""
-        return self._polls.draining
+        return self.polls.draining
 
     @draining.setter
     def draining(self, value: bool) -> None:
-        self._polls.draining = value
+        self.polls.draining = value
 
     async def _registered_type(
         self, ns: str, name: str, version: str
@@ -135,9 +135,17 @@ class ServiceBase:
         window, which exists in full already), else up to the run's end, waiting for
         the next event if asked to."""
         if last_id:
-            events = await self._store.read_history(
-                run_id, first_id, last_id, size, HISTORY_PAGE_BYTES
-            )
+            # A decision task's window: often all in this node's memory (it just
+            # wrote those events), else read in a page bounded in bytes.
+            held = None
+            if last_id - first_id < size:
+                held = self._store.cached_events(run_id, first_id, last_id)
+            if held is not None and sum(e.ByteSize() for e in held) <= HISTORY_PAGE_BYTES:
+                events = held
+            else:
+                events = await self._store.read_history(
+                    run_id, first_id, last_id, size, HISTORY_PAGE_BYTES
+                )
             more = bool(events) and events[-1].event_id < last_id
         else:
             events, more = await self._tail(run_id, first_id, size, wait_new)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
+from dataclasses import dataclass
 from datetime import timedelta
 from typing import Any, TypeVar
 
@@ -23,7 +24,7 @@ from orchestrator.engine.decisions import (
 )
 from orchestrator.engine.derived import ACTIVITY, DECISION
 from orchestrator.engine.errors import InvalidArgument, NotFound
-from orchestrator.engine.state import ActivityState, RunKey, RunState
+from orchestrator.engine.state import RunKey
 from orchestrator.engine.tokens import TaskToken
 from orchestrator.engine.transition import Transition
 from orchestrator.store.store import TaskListKey
@@ -37,6 +38,54 @@ from .common import HISTORY_PAGE, Ctx, ServiceBase, optional_payload, timestamp
 from .errors import grpc_errors
 
 log = structlog.get_logger("weft.api")
+
+
+@dataclass(frozen=True)
+class DecisionStart:
+    """What a poll answers with, taken when its decision task starts: the run's
+    state object changes after the write, these do not."""
+
+    key: RunKey
+    type_name: str
+    type_version: str
+    scheduled_id: int
+    started_id: int
+    attempt: int
+    previous_started_id: int
+    cached_by: str
+    """The cache that holds the run up to `previous_started_id` ("" if none)."""
+
+    @classmethod
+    def of(cls, t: Transition, started_id: int) -> DecisionStart:
+        s, d = t.state, t.state.decider
+        return cls(
+            s.key,
+            s.type_name,
+            s.type_version,
+            d.started_scheduled_id,
+            started_id,
+            d.attempt,
+            d.previous_started_id,
+            d.cached_by,
+        )
+
+
+@dataclass(frozen=True)
+class ActivityStart:
+    key: RunKey
+    activity_id: str
+    scheduled_id: int
+    started: HistoryEvent
+    scheduled: HistoryEvent | None
+    """The ActivityScheduled, when the same transition scheduled it."""
+
+    @classmethod
+    def of(cls, t: Transition, activity_id: str, scheduled_id: int) -> ActivityStart:
+        started = t.events[-1]
+        scheduled = next((e for e in t.events if e.event_id == scheduled_id), None)
+        return cls(t.state.key, activity_id, scheduled_id, started, scheduled)
+
+
 R = TypeVar("R")
 POLLERS_SEEN_WITHIN = timedelta(minutes=5)  # what DescribeTaskList reports
 SUGGEST_CONTINUE = 0.9  # of the event limit: leaves room to finish the current step
@@ -46,11 +95,20 @@ class TaskService(ServiceBase):
     # -- decision tasks ---------------------------------------------------------------
 
     async def _long_poll(
-        self, key: TaskListKey, identity: str, ctx: Ctx, claim: Callable[[], Awaitable[R | None]]
+        self,
+        key: TaskListKey,
+        identity: str,
+        ctx: Ctx,
+        claim: Callable[[], Awaitable[R | None]],
+        take: Callable[[Transition, int], R],
+        cache_id: str = "",
     ) -> R | None:
-        """Claim a task, or wait in line until one is committed, until the long poll expires."""
+        """Claim a task, or wait in line until a commit hands one over or wakes
+        this poller to look, until the long poll expires."""
         self._pollers.note(key, identity, time.time())
-        return await self._polls.poll(key, client_of(ctx.peer()), self._settings.long_poll, claim)
+        return await self.polls.poll(
+            key, client_of(ctx.peer()), self._settings.long_poll, claim, take, cache_id
+        )
 
     @grpc_errors
     async def PollForDecisionTask(
@@ -60,40 +118,47 @@ class TaskService(ServiceBase):
         validate.name("task_list", req.task_list)
         key = TaskListKey(ns, DECISION, req.task_list)
 
-        def take(t: Transition, scheduled_id: int) -> tuple[RunState, int]:
-            return t.state, start_decision_task(t, scheduled_id, req.identity)
+        def take(t: Transition, scheduled_id: int) -> DecisionStart:
+            return DecisionStart.of(t, start_decision_task(t, scheduled_id, req.identity))
 
         got = await self._long_poll(
-            key, req.identity, ctx, lambda: self._store.claim(ns, DECISION, req.task_list, take)
+            key,
+            req.identity,
+            ctx,
+            lambda: self._store.claim(ns, DECISION, req.task_list, take),
+            take,
+            req.cache_id,
         )
         if got is None:
             return s.PollForDecisionTaskResponse()
         self.metrics.tasks_claimed.labels(DECISION).inc()
-        state, started_id = got
+        run, started_id = got.key, got.started_id
         limit = self._settings.limits.events_per_run
-        d = state.decider
-        token = TaskToken(state.key, DECISION, d.started_scheduled_id, started_id, d.attempt)
-        page = await self._history_page(state.run_id, 1, started_id, HISTORY_PAGE, False)
+        token = TaskToken(run, DECISION, got.scheduled_id, started_id, got.attempt)
+        # A decider whose cache holds the run up to its previous task gets only
+        # what came since; any other gets the whole history, in pages.
+        sticky = bool(req.cache_id) and got.cached_by == req.cache_id
+        first = got.previous_started_id + 1 if sticky and got.previous_started_id else 1
+        page = await self._history_page(run.run_id, first, started_id, HISTORY_PAGE, False)
         log.info(
             "decision.started",
             namespace=ns,
-            workflow_id=state.workflow_id,
-            run_id=state.run_id,
+            workflow_id=run.workflow_id,
+            run_id=run.run_id,
             event_id=started_id,
             task_list=req.task_list,
         )
         return s.PollForDecisionTaskResponse(
             task_token=self._tokens.encode(token),
-            workflow_execution=c.WorkflowExecution(
-                workflow_id=state.workflow_id, run_id=state.run_id
-            ),
-            workflow_type=c.WorkflowType(name=state.type_name, version=state.type_version),
+            workflow_execution=c.WorkflowExecution(workflow_id=run.workflow_id, run_id=run.run_id),
+            workflow_type=c.WorkflowType(name=got.type_name, version=got.type_version),
             events=page.events,
             next_page_token=page.next_page_token,
             started_event_id=started_id,
-            previous_started_event_id=state.decider.previous_started_id,
+            previous_started_event_id=got.previous_started_id,
             continue_as_new_suggested=started_id >= SUGGEST_CONTINUE * limit,
-            attempt=d.attempt,
+            attempt=got.attempt,
+            first_event_id=first,
         )
 
     async def _answer(self, req: Any, kind: str, fn: Callable[[Transition, TaskToken], R]) -> R:
@@ -138,7 +203,9 @@ class TaskService(ServiceBase):
         await self._answer(
             req,
             DECISION,
-            lambda t, token: complete_decision_task(t, token, req.decisions, req.identity, context),
+            lambda t, token: complete_decision_task(
+                t, token, req.decisions, req.identity, context, req.cache_id
+            ),
         )
         return s.RespondDecisionTaskCompletedResponse()
 
@@ -234,37 +301,46 @@ class TaskService(ServiceBase):
         validate.name("task_list", req.task_list)
         key = TaskListKey(ns, ACTIVITY, req.task_list)
 
-        def take(t: Transition, scheduled_id: int) -> tuple[RunKey, ActivityState, HistoryEvent]:
+        def take(t: Transition, scheduled_id: int) -> ActivityStart:
             act = activities.start_activity_task(t, scheduled_id, req.identity)
-            return t.state.key, act, t.events[0]
+            return ActivityStart.of(t, act.activity_id, scheduled_id)
 
         got = await self._long_poll(
-            key, req.identity, ctx, lambda: self._store.claim(ns, ACTIVITY, req.task_list, take)
+            key,
+            req.identity,
+            ctx,
+            lambda: self._store.claim(ns, ACTIVITY, req.task_list, take),
+            take,
         )
         if got is None:
             return s.PollForActivityTaskResponse()
         self.metrics.tasks_claimed.labels(ACTIVITY).inc()
-        run, act, started = got
+        run, started = got.key, got.started
         started_id = started.event_id
-        # The input is not in the run state; its ActivityScheduled event has it.
-        [scheduled] = await self._store.read_history(run.run_id, act.scheduled_id, None, 1)
+        # The input is not in the run state: its ActivityScheduled event has it
+        # (in the transition that handed the task over, or in the history).
+        scheduled = got.scheduled
+        if scheduled is None:
+            [scheduled] = await self._store.events_between(
+                run.run_id, got.scheduled_id, got.scheduled_id
+            )
         attrs = scheduled.activity_scheduled
-        token = TaskToken(run, ACTIVITY, act.scheduled_id, started_id)
+        token = TaskToken(run, ACTIVITY, got.scheduled_id, started_id)
         log.info(
             "activity.started",
             namespace=ns,
             workflow_id=run.workflow_id,
             run_id=run.run_id,
-            activity_id=act.activity_id,
+            activity_id=got.activity_id,
             event_id=started_id,
             task_list=req.task_list,
         )
         resp = s.PollForActivityTaskResponse(
             task_token=self._tokens.encode(token),
             workflow_execution=c.WorkflowExecution(workflow_id=run.workflow_id, run_id=run.run_id),
-            activity_id=act.activity_id,
+            activity_id=got.activity_id,
             activity_type=attrs.activity_type,
-            scheduled_event_id=act.scheduled_id,
+            scheduled_event_id=got.scheduled_id,
             started_event_id=started_id,
             attempt=started.activity_started.attempt,
             scheduled_time=scheduled.timestamp,

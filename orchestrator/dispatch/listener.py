@@ -12,7 +12,7 @@ import psycopg
 import structlog
 from sqlalchemy.engine import make_url
 
-from orchestrator.store.store import NOTIFY_CHANNEL, TaskListKey
+from orchestrator.store.rows import CHANGES_CHANNEL, NOTIFY_CHANNEL, TaskListKey
 
 log = structlog.get_logger("weft.dispatch")
 
@@ -27,8 +27,10 @@ async def listen(
     on_reconnect: Callable[[], None],
     ready: asyncio.Event | None = None,
     own_node: str = "",
+    on_change: Callable[[str, str], None] = lambda kind, subject: None,
 ) -> None:
-    """Call `on_task(task list, tasks added)` for each commit of another node that adds tasks."""
+    """Call `on_task(task list, tasks added)` for each commit of another node that
+    adds tasks, and `on_change(kind, subject)` for its other news (CHANGES_CHANNEL)."""
     delay = 0.1
     while True:
         try:
@@ -36,12 +38,19 @@ async def listen(
                 conninfo(url), autocommit=True
             ) as conn:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
+                await conn.execute(f"LISTEN {CHANGES_CHANNEL}")
                 delay = 0.1
                 on_reconnect()
                 if ready is not None:
                     ready.set()
                 while True:
                     async for note in conn.notifies(timeout=5.0):
+                        if note.channel == CHANGES_CHANNEL:
+                            node, _, rest = note.payload.partition("|")
+                            kind, _, subject = rest.partition("|")
+                            if node != own_node and kind:
+                                on_change(kind, subject)
+                            continue
                         try:
                             node, added, key = TaskListKey.from_payload(note.payload)
                         except ValueError:

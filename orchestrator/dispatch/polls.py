@@ -15,9 +15,12 @@ from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
 from typing import TypeVar
 
-from orchestrator.engine.errors import ResourceExhausted
+from orchestrator.engine.derived import TaskRef
+from orchestrator.engine.errors import EngineError, ResourceExhausted
+from orchestrator.engine.transition import Transition
+from orchestrator.store.rows import TaskListKey
 
-from .wakeups import Wakeups, wait_ticket
+from .wakeups import Delivery, Ticket, Wakeups, wait_ticket
 
 T = TypeVar("T")
 # How long a list found empty is believed empty without a wake-up. Wake-ups are
@@ -66,25 +69,39 @@ class LongPolls:
 
     async def poll(
         self,
-        key: object,
+        key: TaskListKey,
         client: str,
         timeout: float,
         claim: Callable[[], Awaitable[T | None]],
+        take: Callable[[Transition, int], T] | None = None,
+        cache_id: str = "",
     ) -> T | None:
         """Claim a task of `key`, or wait in line until one is committed, for up
-        to `timeout` seconds; None if none came (or the node is draining)."""
+        to `timeout` seconds; None if none came (or the node is draining).
+
+        With `take`, a commit on this node that adds a task to `key` may start
+        it for this poller in its own write (`offer`), and the poll answers with
+        what `take` returned; a decision task goes first to a poller whose
+        `cache_id` holds its run."""
         with self._slot(client):
-            return await self._poll(key, timeout, claim)
+            return await self._poll(key, timeout, claim, take, cache_id)
 
     async def _poll(
-        self, key: object, timeout: float, claim: Callable[[], Awaitable[T | None]]
+        self,
+        key: TaskListKey,
+        timeout: float,
+        claim: Callable[[], Awaitable[T | None]],
+        take: Callable[[Transition, int], T] | None,
+        cache_id: str,
     ) -> T | None:
         loop = asyncio.get_running_loop()
         deadline = loop.time() + timeout
         wakeups = self._wakeups
-        ticket = None
+        ticket: Ticket | None = None
         try:
             while not self.draining:
+                # In line before looking, so a commit during the look wakes it;
+                # but no task is handed to it until the look found none.
                 ticket = wakeups.ticket(key)
                 now = loop.time()
                 if not wakeups.known_empty(key, now, SAFETY_NET):
@@ -93,10 +110,18 @@ class LongPolls:
                     if got is not None:
                         return got
                     wakeups.found_empty(key, generation, loop.time())
+                ticket.take, ticket.cache_id = take, cache_id
                 remaining = deadline - loop.time()
+                if remaining > 0:
+                    await wait_ticket(ticket, min(remaining, SAFETY_NET))
+                if ticket.taken and not ticket.done():
+                    await ticket  # a commit is handing it a task: see how it ends
+                delivered = _delivered(ticket)
+                if delivered is not None:
+                    value: T = delivered.value
+                    return value
                 if remaining <= 0:
                     return None
-                await wait_ticket(ticket, min(remaining, SAFETY_NET))
                 wakeups.leave(key, ticket)
             return None
         finally:
@@ -104,5 +129,43 @@ class LongPolls:
                 wakeups.leave(key, ticket)
                 # Woken during its last look, or as it was cancelled: that wake-up
                 # may have been for a task it did not take, so the next in line looks.
-                if ticket.done():
+                if ticket.done() and not ticket.cancelled() and ticket.result() is None:
                     wakeups.wake_pollers(key)
+
+    def offer(self, t: Transition, added: list[TaskRef]) -> Callable[[bool], None] | None:
+        """Start each new task of `t` for a poller waiting on it here, in `t`
+        itself: the write that made the task hands it over, with no task row and
+        no claim. Returns how to settle with those pollers once the write is
+        done: a committed write delivers, a failed one sends them to look."""
+        handed: list[tuple[Ticket, object]] = []
+        for ref in added:
+            key = TaskListKey(t.state.namespace, ref.kind, ref.task_list)
+            ticket = self._wakeups.taker(key, prefer=t.state.decider.cached_by)
+            if ticket is None:
+                continue
+            assert ticket.take is not None
+            try:
+                handed.append((ticket, ticket.take(t, ref.scheduled_id)))
+            except EngineError:
+                handed.append((ticket, _NOTHING))  # it looks in the database instead
+        if not handed:
+            return None
+
+        def settle(committed: bool) -> None:
+            for ticket, value in handed:
+                if not ticket.done():  # (a cancelled poll: its task waits for its timeout)
+                    ok = committed and value is not _NOTHING
+                    ticket.set_result(Delivery(value) if ok else None)
+
+        return settle
+
+
+_NOTHING = object()
+
+
+def _delivered(ticket: Ticket) -> Delivery | None:
+    if ticket.done() and not ticket.cancelled():
+        result = ticket.result()
+        if isinstance(result, Delivery):
+            return result
+    return None

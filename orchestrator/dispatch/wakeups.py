@@ -25,13 +25,36 @@ from __future__ import annotations
 import asyncio
 import contextlib
 from collections import deque
-from collections.abc import Hashable
+from collections.abc import Callable, Hashable
+from dataclasses import dataclass
+from typing import Any
+
+_PREFER_WITHIN = 64
+
+
+@dataclass(frozen=True)
+class Delivery:
+    """A task handed straight to a waiting poller by the commit that made it."""
+
+    value: Any
+
+
+class Ticket(asyncio.Future[Delivery | None]):
+    """A poller's place in line: done with None when it should look in the
+    database, or with a `Delivery` when a commit handed it a task. `take` is how
+    a committing transition starts a task for this poller (None: it takes none)."""
+
+    take: Callable[[Any, int], Any] | None = None
+    cache_id: str = ""
+    """The poller's cache of runs: a decision task of a run it holds goes to it first."""
+    taken: bool = False
+    """Handed a task by a commit still in flight: wait for it before giving up."""
 
 
 class Wakeups:
     def __init__(self) -> None:
         self._events: dict[Hashable, asyncio.Event] = {}
-        self._pollers: dict[Hashable, deque[asyncio.Future[None]]] = {}
+        self._pollers: dict[Hashable, deque[Ticket]] = {}
         # Per task list: a count of its wake-ups, and (that count, when) as of
         # the last look that found it empty.
         self._generation: dict[Hashable, int] = {}
@@ -52,13 +75,42 @@ class Wakeups:
 
     # -- pollers: wake one per task ---------------------------------------------------
 
-    def ticket(self, key: Hashable) -> asyncio.Future[None]:
+    def ticket(self, key: Hashable, take: Callable[[Any, int], Any] | None = None) -> Ticket:
         """Join the queue of `key`; the ticket is done once this poller is woken."""
-        ticket: asyncio.Future[None] = asyncio.get_running_loop().create_future()
+        ticket = Ticket(loop=asyncio.get_running_loop())
+        ticket.take = take
         self._pollers.setdefault(key, deque()).append(ticket)
         return ticket
 
-    def leave(self, key: Hashable, ticket: asyncio.Future[None]) -> None:
+    def taker(self, key: Hashable, prefer: str = "") -> Ticket | None:
+        """The longest-waiting poller of `key` that can take a task handed to it
+        (one whose cache is `prefer` if any waits), off the queue: the caller
+        delivers to it, or wakes it to look."""
+        queue = self._pollers.get(key)
+        if not queue:
+            return None
+        chosen: Ticket | None = None
+        # The preferred poller is looked for among the first few in line only:
+        # thousands of parked polls must not make every hand-off a long scan.
+        for n, ticket in enumerate(queue):
+            if ticket.done() or ticket.take is None:
+                continue
+            if chosen is None:
+                chosen = ticket
+            if not prefer or ticket.cache_id == prefer:
+                chosen = ticket
+                break
+            if n >= _PREFER_WITHIN:
+                break
+        if chosen is None:
+            return None
+        queue.remove(chosen)
+        chosen.taken = True
+        if not queue:
+            del self._pollers[key]
+        return chosen
+
+    def leave(self, key: Hashable, ticket: Ticket) -> None:
         queue = self._pollers.get(key)
         if queue is None:
             return
@@ -126,7 +178,7 @@ async def wait(event: asyncio.Event, timeout: float) -> bool:
     return True
 
 
-async def wait_ticket(ticket: asyncio.Future[None], timeout: float) -> bool:
+async def wait_ticket(ticket: asyncio.Future[Any], timeout: float) -> bool:
     """True if woken, False on timeout. The ticket itself is never cancelled, so a
     wake-up that lands as the timeout fires is still seen by the caller."""
     if timeout > 0 and not ticket.done():

@@ -215,6 +215,7 @@ def complete_decision_task(
     decisions: Sequence[d.Decision],
     identity: str,
     ctx: DecisionContext,
+    cache_id: str = "",
 ) -> None:
     _check_token(t.state, token)
     validate_decisions(decisions, ctx.limits)
@@ -226,6 +227,8 @@ def complete_decision_task(
             identity=identity,
         )
     ).event_id
+    # Its next task of this run need carry only what that cache has not seen.
+    t.state.decider.cached_by = cache_id
     # A DeciderScheduled queued behind this task means events arrived that this
     # decider has not seen: a close now could lose them (SWF's unhandled decision).
     unseen = bool(t.state.decider.scheduled_id)

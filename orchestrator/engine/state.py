@@ -49,6 +49,9 @@ class DeciderState:
     failure_cause: str = ""
     """Why the last attempt failed ("TIMEOUT", or the decider's cause), for describe."""
     failure_message: str = ""
+    cached_by: str = ""
+    """The cache of the decider that completed the last decision task, if it
+    keeps one: it holds the history up to `previous_started_id`."""
 
 
 _OUTSIDE_HISTORY = (
@@ -58,6 +61,7 @@ _OUTSIDE_HISTORY = (
     "attempt_started_at",
     "failure_cause",
     "failure_message",
+    "cached_by",
 )
 _DECIDER_DEFAULTS = asdict(DeciderState())
 

@@ -32,6 +32,11 @@ def async_url(url: str) -> str:
     return u.render_as_string(hide_password=False)
 
 
+def libpq_url(url: str) -> str:
+    """A PostgreSQL URL as libpq (psycopg used directly) reads it."""
+    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
 def create_engine(url: str) -> AsyncEngine:
     engine = create_async_engine(async_url(url))
     if engine.dialect.name == "sqlite":

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import event, func, insert, literal, select, union_all
+from sqlalchemy import event, func, insert, literal, select, text, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -21,7 +21,10 @@ from orchestrator.engine.state import RunState
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect
+from .cache import RunCache
+from .registrations import TypeCache
 from .rows import (
+    CHANGES_CHANNEL,
     Committed,
     DbStats,
     DueDeadline,
@@ -42,6 +45,7 @@ from .schema import (
     locks,
     namespaces,
     pollers,
+    request_ids,
     runs,
     server_meta,
     tasks,
@@ -86,6 +90,8 @@ class StoreBase:
         self.node_id = uuid.uuid4().hex[:16]  # tells this node's NOTIFYs from others'
         self.stats = DbStats()
         _count_into(self.stats, engine)
+        self.cache = RunCache()
+        self.types = TypeCache()
 
     async def close(self) -> None:
         # Attempts whose callers were cancelled are still finishing: let them give
@@ -187,6 +193,30 @@ class StoreBase:
             what = f"run {run_id} of workflow" if run_id else "workflow"
             raise NotFound(f"{what} {workflow_id!r} not found in namespace {namespace!r}")
         return run_row(row)
+
+    async def request_run(
+        self, namespace: str, workflow_id: str, kind: str, request_id: str
+    ) -> str | None:
+        """The run a request id was recorded on (a start's run), or None if it is new."""
+        row = await self._first(
+            select(request_ids.c.run_id).where(
+                request_ids.c.namespace == namespace,
+                request_ids.c.workflow_id == workflow_id,
+                request_ids.c.kind == kind,
+                request_ids.c.request_id == request_id,
+            )
+        )
+        return str(row.run_id) if row is not None else None
+
+    async def open_run(self, namespace: str, workflow_id: str) -> str | None:
+        row = await self._first(
+            select(runs.c.run_id).where(
+                runs.c.namespace == namespace,
+                runs.c.workflow_id == workflow_id,
+                runs.c.status == "open",
+            )
+        )
+        return str(row.run_id) if row is not None else None
 
     async def load_state(self, run_id: str) -> RunState:
         row = await self._first(select(runs.c.state).where(runs.c.run_id == run_id))
@@ -376,23 +406,50 @@ class StoreBase:
         given["registered_at"] = row["registered_at"]
         keys = ["namespace", "name", "version"]
         stmt = dialect.upsert(self.is_pg, table, row, keys, update=given)
-        await self._retrying(lambda: self._execute(stmt))
+
+        async def attempt() -> None:
+            async with self._write() as conn:
+                await conn.execute(stmt)
+                if self.is_pg:  # every other node forgets what it read of these types
+                    await conn.execute(
+                        text("SELECT pg_notify(:ch, :payload)"),
+                        {"ch": CHANGES_CHANNEL, "payload": f"{self.node_id}|types|{namespace}"},
+                    )
+
+        try:
+            await self._retrying(attempt)
+        finally:
+            self.types.forget(namespace)
 
     async def registered_types(
         self, kind: str, namespace: str, names: Iterable[tuple[str, str]]
     ) -> dict[tuple[str, str], dict[str, Any]]:
+        """The registrations of those (name, version) pairs that are registered,
+        from this node's memory when it holds them (`registrations.py`)."""
         wanted = set(names)
-        if not wanted:
-            return {}
+        found: dict[tuple[str, str], dict[str, Any]] = {}
+        missing: set[tuple[str, str]] = set()
+        for name, version in wanted:
+            known, row = self.types.get((kind, namespace, name, version))
+            if not known:
+                missing.add((name, version))
+            elif row is not None:
+                found[(name, version)] = row
+        if not missing:
+            return found
         table = workflow_types if kind == "workflow" else activity_types
         rows = await self._rows(
             select(table).where(
-                table.c.namespace == namespace, table.c.name.in_({n for n, _ in wanted})
+                table.c.namespace == namespace, table.c.name.in_({n for n, _ in missing})
             )
         )
-        return {
-            (r.name, r.version): dict(r._mapping) for r in rows if (r.name, r.version) in wanted
-        }
+        read = {(r.name, r.version): dict(r._mapping) for r in rows}
+        for pair in missing:
+            row = read.get(pair)
+            self.types.put((kind, namespace, *pair), row)
+            if row is not None:
+                found[pair] = row
+        return found
 
     async def token_secret(self) -> bytes:
         """The task-token signing key: made once, shared by all nodes, kept across restarts."""

@@ -10,6 +10,8 @@ from typing import Any
 from orchestrator.engine.state import RunKey
 
 NOTIFY_CHANNEL = "weft_tasks"
+# Other nodes' news besides tasks: "NODE|types|NAMESPACE" (a type was registered).
+CHANGES_CHANNEL = "weft_changes"
 
 
 def utcnow() -> datetime:

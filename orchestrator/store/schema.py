@@ -55,6 +55,9 @@ runs = Table(
     Column("replayed_by_run_id", RUN_ID, nullable=False, server_default=""),
     # The engine's RunState as JSON: always the fold of this run's history.
     Column("state", Text, nullable=False),
+    # Bumped by every write of the row: a node that holds the state in memory
+    # writes only if the version is still the one it read (compare-and-set).
+    Column("version", BigInteger, nullable=False, server_default="0"),
     # At most one open run per workflow id; the database enforces it across nodes.
     Index(
         "ux_runs_open_workflow",

@@ -1,179 +1,236 @@
-"""The store: every write to a run goes through `transact` (or `create` for a
-new run, `claim` for a poll), one short transaction each:
+"""The store: every write to a run goes through here.
 
-    lock the run row -> load state -> engine -> append events, write state,
-    sync task and deadline rows -> commit -> tell the dispatcher
+The hot path, for a transition of one run (an answer, a heartbeat, a signal, a
+claim, a start):
 
-Only this package imports SQLAlchemy; database errors become domain errors here.
+    this node's turn at the run -> its state from the cache (or one read)
+    -> engine -> hand new tasks to pollers waiting here -> one write of the
+    run row, its events and its task and deadline rows, on condition that the
+    row is still at the version read -> tell the dispatcher
+
+On PostgreSQL that write is one call of a server-side function (one round trip,
+one transaction); a version that moved means another node wrote first, and the
+command is applied again to the fresh state. A transition that reaches other
+runs (locks, signals between runs, children, a parent) is applied again under
+row locks instead (`locked.py`). Only this package imports SQLAlchemy; database
+errors become domain errors here.
 """
 
 from __future__ import annotations
 
 import asyncio
 import functools
-from collections import Counter
 from collections.abc import Callable
-from datetime import datetime
-from typing import Any, TypeVar, overload
+from typing import TypeVar, cast
 
-from sqlalchemy import bindparam, delete, insert, select, text, update
-from sqlalchemy.exc import IntegrityError
-from sqlalchemy.ext.asyncio import AsyncConnection
-
-from orchestrator.engine import children as family
-from orchestrator.engine import derived, external
-from orchestrator.engine import locks as lock_rules
-from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound, ResourceExhausted
-from orchestrator.engine.events import CHILD_CLOSES, CLOSE_EVENTS
-from orchestrator.engine.retention import SYSTEM_DEFAULT
-from orchestrator.engine.state import ChildState, RunKey, RunState
-from orchestrator.engine.transition import OutboundSignal, Transition
+from orchestrator.engine import derived
+from orchestrator.engine.errors import (
+    Aborted,
+    AlreadyExists,
+    EngineError,
+    FailedPrecondition,
+    NotFound,
+)
+from orchestrator.engine.state import RunKey, RunState
+from orchestrator.engine.transition import Transition
 from sdk.api.weft.v1 import history_pb2 as h
 
-from . import dialect, migrate, purge
-from .reads import StoreBase
-from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, naive, utcnow
-from .schema import (
-    deadlines,
-    history_events,
-    lock_waiters,
-    locks,
-    namespaces,
-    request_ids,
-    runs,
-    tasks,
-)
+from . import dialect, migrate
+from .cache import CachedRun
+from .locked import LockedWrites
+from .pg_writer import PgWriter
+from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
+from .sqlite_writer import SqliteWriter
+from .writes import Before, Candidate, Conflict, multi_run, plan
 
-__all__ = ["NOTIFY_CHANNEL", "Committed", "DueDeadline", "RunRow", "Store", "TaskListKey"]
+__all__ = [
+    "NOTIFY_CHANNEL",
+    "Committed",
+    "DueDeadline",
+    "Offer",
+    "RunRow",
+    "Store",
+    "TaskListKey",
+]
 
 T = TypeVar("T")
-_CLAIM_ROUNDS = 20  # another poller took the task we chose: choose again
+# Another node wrote the run between our read and our write: try again on its
+# state, up to this many times.
+_CAS_ATTEMPTS = 20
+_CLAIM_CANDIDATES = 8
 
-# The statements of every state transition, built once. Building a statement and
-# its cache key costs about as much CPU as running it, on the hottest path.
-_OLDEST_TASK = (
-    select(tasks.c.id, tasks.c.run_id, tasks.c.scheduled_id)
-    .where(
-        tasks.c.namespace == bindparam("namespace"),
-        tasks.c.kind == bindparam("kind"),
-        tasks.c.task_list == bindparam("task_list"),
-    )
-    .order_by(tasks.c.id)
-    .limit(1)
-)
-# PostgreSQL: the oldest task whose run nobody holds, locking that run and
-# reading its state in the same statement.
-_OLDEST_FREE_TASK = (
-    _OLDEST_TASK.add_columns(runs.c.state)
-    .join_from(tasks, runs, runs.c.run_id == tasks.c.run_id)
-    .with_for_update(of=runs, skip_locked=True)
-)
-_TASK_EXISTS = select(tasks.c.id).where(tasks.c.id == bindparam("id"))
-_RUN_STATE = select(runs.c.state).where(runs.c.run_id == bindparam("run_id"))
-_LOCK_RUN = {is_pg: dialect.for_update(_RUN_STATE, is_pg) for is_pg in (False, True)}
-_LOCK_RUN_UNLESS_BUSY = _RUN_STATE.with_for_update(skip_locked=True)
-_UPDATE_RUN = update(runs).where(runs.c.run_id == bindparam("key_run_id"))
-_DELETE_TASK = delete(tasks).where(
-    tasks.c.run_id == bindparam("run_id"),
-    tasks.c.kind == bindparam("kind"),
-    tasks.c.scheduled_id == bindparam("scheduled_id"),
-)
-_DELETE_DEADLINE = delete(deadlines).where(
-    deadlines.c.run_id == bindparam("run_id"),
-    deadlines.c.kind == bindparam("kind"),
-    deadlines.c.ref_id == bindparam("ref_id"),
-)
-_LOCK_HOLDER = select(locks.c.run_id).where(
-    locks.c.namespace == bindparam("namespace"), locks.c.lock_name == bindparam("lock_name")
-)
-_NEXT_WAITER = (
-    select(lock_waiters.c.run_id)
-    .where(
-        lock_waiters.c.namespace == bindparam("namespace"),
-        lock_waiters.c.lock_name == bindparam("lock_name"),
-    )
-    .order_by(lock_waiters.c.id)
-    .limit(1)
-)
-# Every change to one lock's rows is serialised by a transaction-scoped advisory
-# lock on its name (PostgreSQL; SQLite has one writer at a time anyway), so two
-# runs asking for a free lock at once cannot both see it free, and the queue
-# order is the order in which the requests committed.
-_OPEN_RUN = select(runs.c.run_id).where(
-    runs.c.namespace == bindparam("namespace"),
-    runs.c.workflow_id == bindparam("workflow_id"),
-    runs.c.status == "open",
-)
-_LOCK_NAME_XACT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+Settle = Callable[[bool], None]
+Offer = Callable[[Transition, list[derived.TaskRef]], Settle | None]
+"""Given a transition and the tasks it adds, start those that a poller waiting
+on this node can take (in the transition itself), and return how to tell those
+pollers whether the write committed."""
 
 
-def _open_children(before: list[ChildState], events: list[h.HistoryEvent]) -> list[ChildState]:
-    """The children open as the run closed: those open before this transition, and
-    those it started, less those whose close it heard of."""
-    links = {link.workflow_id: link for link in before}
-    for e in events:
-        if e.type == "ChildWorkflowStarted":
-            a = e.child_workflow_started
-            links[a.workflow_id] = ChildState(
-                a.workflow_id, a.run_id, e.event_id, a.parent_close_policy
-            )
-        elif e.type in CHILD_CLOSES:
-            links.pop(getattr(e, e.WhichOneof("attributes") or "").workflow_id, None)
-    return list(links.values())
+def _take(fn: Callable[[Transition, int], T], scheduled_id: int, t: Transition) -> T:
+    return fn(t, scheduled_id)
 
 
-def _receive(out: OutboundSignal, t: Transition) -> None:
-    external.signal(t, out.signal_name, out.input, out.identity, out.limits)
+class _Lost:
+    """The run's version moved under us."""
 
 
-class _Taken:
-    """Another poller claimed the chosen task first."""
+_LOST = _Lost()
 
 
-_TAKEN = _Taken()
+class Store(LockedWrites):
+    _hot: PgWriter | SqliteWriter
 
-
-class Store(StoreBase):
     @classmethod
-    async def open(cls, url: str, on_commit: Callable[[Committed], None] = lambda c: None) -> Store:
+    async def open(
+        cls,
+        url: str,
+        on_commit: Callable[[Committed], None] = lambda c: None,
+        offer: Offer | None = None,
+    ) -> Store:
         dialect.async_url(url)  # refuse an unsupported URL before touching anything
         await asyncio.to_thread(migrate.upgrade, url)
-        return cls(dialect.create_engine(url), on_commit)
+        store = cls(dialect.create_engine(url), on_commit)
+        store._offer = offer
+        if store.is_pg:
+            store._hot = PgWriter(dialect.libpq_url(url), store.stats)
+        else:
+            store._hot = SqliteWriter(store)
+        return store
+
+    async def close(self) -> None:
+        await self._hot.close()
+        await super().close()
+
+    def set_offer(self, offer: Offer | None) -> None:
+        self._offer = offer
+
+    # -- existing runs ---------------------------------------------------------------
 
     async def transact(self, run_id: str, fn: Callable[[Transition], T]) -> T:
         """Apply one engine command to an existing run, atomically."""
+        for _ in range(_CAS_ATTEMPTS):
+            async with self.cache.turn(run_id):
+                out = await self._hot_transact(run_id, fn, None)
+            if not isinstance(out, _Lost):
+                return cast(T, out)  # None only for a request id, and there is none
+        raise Aborted(f"run {run_id} changed concurrently too often: try again")
 
-        async def attempt() -> T:
-            committed = Committed()
-            async with self._write() as conn:
-                state = await self._lock_run(conn, run_id)
-                result = await self._apply(conn, state, fn, committed, is_new=False)
-            self._on_commit(committed)
+    async def transact_once(
+        self, run_id: str, kind: str, request_id: str, fn: Callable[[Transition], T]
+    ) -> T | None:
+        """`transact`, recording `request_id` in the same write so that a retry
+        appends nothing (it answers None). Nothing is read first: a request id
+        seen before is a unique key the write runs into."""
+        if not request_id:
+            return await self.transact(run_id, fn)
+        for _ in range(_CAS_ATTEMPTS):
+            async with self.cache.turn(run_id):
+                try:
+                    out = await self._hot_transact(run_id, fn, (kind, request_id))
+                except Conflict:
+                    return None  # done before: by an earlier try of the same request
+                except EngineError:
+                    # E.g. the run has closed since: if this request was applied
+                    # before it did, the retry is answered as the first try was.
+                    entry = self.cache.peek(run_id)
+                    key = await self._run_key(run_id) if entry is None else entry.state.key
+                    if await self.request_run(key.namespace, key.workflow_id, kind, request_id):
+                        return None
+                    raise
+            if not isinstance(out, _Lost):
+                return out
+        raise Aborted(f"run {run_id} changed concurrently too often: try again")
+
+    async def _entry(self, run_id: str) -> tuple[CachedRun, bool]:
+        """The run as this node holds it, and whether that came from the cache
+        (and so may be out of date) rather than from the database just now."""
+        entry = self.cache.get(run_id)
+        if entry is not None:
+            return entry, True
+        row = await self._hot.load(run_id)
+        if row is None:
+            raise NotFound(f"run {run_id} not found")
+        entry = CachedRun(RunState.from_json(row[0]), row[1])
+        self.cache.put(run_id, entry)
+        return entry, False
+
+    async def _run_key(self, run_id: str) -> RunKey:
+        entry, _ = await self._entry(run_id)
+        return entry.state.key
+
+    async def _hot_transact(
+        self,
+        run_id: str,
+        fn: Callable[[Transition], T],
+        once: tuple[str, str] | None,
+    ) -> T | _Lost | None:
+        """One try, holding this node's turn at the run. `once`: (kind, request
+        id) recorded with the write (None comes back for a request seen before)."""
+        entry, cached = await self._entry(run_id)
+        s = entry.state
+        request = (s.namespace, s.workflow_id, *once) if once is not None else None
+        before = Before.of(entry.state)
+        t = Transition(entry.state, utcnow())
+        try:
+            result = fn(t)
+            t.finish()
+        except EngineError:
+            self.cache.evict(run_id)  # the command may have left the state half changed
+            if cached:
+                return _LOST  # refused on what may be an old copy: ask the database
+            raise
+        except BaseException:
+            self.cache.evict(run_id)
+            raise
+        if not (t.events or t.state_changed):
             return result
+        if multi_run(t, before):
+            self.cache.evict(run_id)
+            if once is not None:
+                return await self.locked_transact_once(run_id, *once, fn)
+            return await self.locked_transact(run_id, fn)
+        return await self._commit(entry, t, before, result, request)
 
-        result: T = await self._retrying(attempt)
+    async def _commit(
+        self,
+        entry: CachedRun,
+        t: Transition,
+        before: Before,
+        result: T,
+        request: tuple[str, str, str, str] | None,
+    ) -> T | _Lost:
+        run_id = t.state.run_id  # (the request tuple is recorded with the write)
+        settle = self._hand_off(t, before)
+        committed = Committed()
+        write = plan(t, before, entry.version, self.node_id, committed, request)
+        try:
+            ok = await self._hot.write(write)
+        except BaseException:
+            self.cache.evict(run_id)
+            if settle is not None:
+                settle(False)
+            raise
+        if not ok:
+            self.cache.evict(run_id)
+            if settle is not None:
+                settle(False)
+            return _LOST
+        entry.version += 1
+        entry.add_events(write.events)
+        if settle is not None:
+            settle(True)
+        self._on_commit(committed)
         return result
 
-    async def transact_unless_busy(self, run_id: str, fn: Callable[[Transition], T]) -> T | None:
-        """`transact`, or None at once if another transaction holds the run (PostgreSQL).
+    def _hand_off(self, t: Transition, before: Before) -> Settle | None:
+        """Offer the transition's new tasks to pollers waiting on this node: a
+        task one takes is started in this same write and never becomes a row."""
+        if self._offer is None or not t.state.is_open:
+            return None
+        added = sorted(derived.tasks(t.state) - before.tasks, key=lambda r: r.scheduled_id)
+        return self._offer(t, added) if added else None
 
-        For the deadline scanners: a node skips a run that another node (or a
-        command) is working on instead of queueing behind it, so N nodes spread
-        the due rows between them; a row still due is seen again on the next pass.
-        """
-
-        async def attempt() -> T | None:
-            committed = Committed()
-            async with self._write() as conn:
-                state = await self._lock_run(conn, run_id, skip_locked=True)
-                if state is None:
-                    return None
-                result = await self._apply(conn, state, fn, committed, is_new=False)
-            self._on_commit(committed)
-            return result
-
-        out: T | None = await self._retrying(attempt)
-        return out
+    # -- new runs --------------------------------------------------------------------
 
     async def create(
         self,
@@ -187,523 +244,121 @@ class Store(StoreBase):
         """Open a new run of `workflow_id`, or (with `on_open`) apply that to the open run.
 
         A repeated `request_id` answers with the run it started and changes
-        nothing. Returns (run id, result, whether a run was started).
+        nothing. Returns (run id, result, whether a run was started). The new
+        run is written at once; only if the workflow id is taken (an open run,
+        or the request id used before) is anything read.
         """
-
-        async def attempt() -> tuple[str, T | None, bool]:
+        request = (namespace, workflow_id, "start", request_id) if request_id else None
+        for _ in range(_CAS_ATTEMPTS):
+            state = RunState.blank(RunKey(namespace, workflow_id, new_run_id))
+            before = Before.of(state)
+            t = Transition(state, utcnow())
+            result = fn(t)
+            t.finish()
+            settle = self._hand_off(t, before)
             committed = Committed()
-            async with self._write() as conn:
-                if request_id:
-                    prior = await conn.scalar(
-                        select(request_ids.c.run_id).where(
-                            request_ids.c.namespace == namespace,
-                            request_ids.c.workflow_id == workflow_id,
-                            request_ids.c.kind == "start",
-                            request_ids.c.request_id == request_id,
-                        )
-                    )
-                    if prior is not None:
-                        return prior, None, False
-                open_id = await conn.scalar(
-                    dialect.for_update(
-                        select(runs.c.run_id).where(
-                            runs.c.namespace == namespace,
-                            runs.c.workflow_id == workflow_id,
-                            runs.c.status == "open",
-                        ),
-                        self.is_pg,
-                    )
-                )
-                if open_id is not None:
-                    if on_open is None:
-                        raise AlreadyExists(
-                            f"workflow {workflow_id!r} is already running (run {open_id})"
-                        )
-                    state = await self._lock_run(conn, open_id)
-                    result = await self._apply(conn, state, on_open, committed, is_new=False)
-                    started = False
-                    run_id = open_id
-                else:
-                    state = RunState.blank(RunKey(namespace, workflow_id, new_run_id))
-                    result = await self._apply(conn, state, fn, committed, is_new=True)
-                    started, run_id = True, new_run_id
-                if request_id:
-                    # Also when applied to the open run (signal-with-start): a
-                    # retry must not signal twice.
-                    await conn.execute(
-                        insert(request_ids).values(
-                            namespace=namespace,
-                            workflow_id=workflow_id,
-                            kind="start",
-                            request_id=request_id,
-                            run_id=run_id,
-                            created_at=naive(utcnow().timestamp()),
-                        )
-                    )
-            self._on_commit(committed)
-            return run_id, result, started
-
-        for n in range(2):
+            write = plan(t, before, 0, self.node_id, committed, request)
             try:
-                out: tuple[str, T | None, bool] = await self._retrying(attempt, unique_ok=True)
-                return out
-            except IntegrityError as exc:
-                # Another node opened a run of this workflow id between our read
-                # and our insert; the next attempt sees it and answers for it.
-                if n == 1:
-                    raise AlreadyExists(f"workflow {workflow_id!r} is already running") from exc
-        raise AssertionError("unreachable")
-
-    async def transact_once(
-        self, run_id: str, kind: str, request_id: str, fn: Callable[[Transition], T]
-    ) -> T | None:
-        """`transact`, recording `request_id` in the same transaction so a retry appends nothing."""
-        if not request_id:
-            return await self.transact(run_id, fn)
-
-        async def attempt() -> T | None:
-            committed = Committed()
-            async with self._write() as conn:
-                state = await self._lock_run(conn, run_id)
-                seen = await conn.scalar(
-                    select(request_ids.c.run_id).where(
-                        request_ids.c.namespace == state.namespace,
-                        request_ids.c.workflow_id == state.workflow_id,
-                        request_ids.c.kind == kind,
-                        request_ids.c.request_id == request_id,
-                    )
-                )
-                if seen is not None:
-                    return None
-                result = await self._apply(conn, state, fn, committed, is_new=False)
-                await conn.execute(
-                    insert(request_ids).values(
-                        namespace=state.namespace,
-                        workflow_id=state.workflow_id,
-                        kind=kind,
-                        request_id=request_id,
-                        run_id=run_id,
-                        created_at=naive(utcnow().timestamp()),
-                    )
-                )
+                await self._hot.write(write)
+            except Conflict:
+                if settle is not None:
+                    settle(False)
+                taken = await self._taken(namespace, workflow_id, request_id, on_open)
+                if taken is not None:
+                    return taken
+                continue  # the open run closed meanwhile: start anew
+            except BaseException:
+                if settle is not None:
+                    settle(False)
+                raise
+            self.cache.put(new_run_id, CachedRun(t.state, 1, list(write.events)))
+            if settle is not None:
+                settle(True)
             self._on_commit(committed)
-            return result
+            return new_run_id, result, True
+        raise Aborted(f"workflow {workflow_id!r} changed concurrently too often: try again")
 
-        out: T | None = await self._retrying(attempt)
-        return out
+    async def _taken(
+        self,
+        namespace: str,
+        workflow_id: str,
+        request_id: str,
+        on_open: Callable[[Transition], T] | None,
+    ) -> tuple[str, T | None, bool] | None:
+        """After a start lost to a unique key: the answer, or None to try again."""
+        if request_id:
+            prior = await self.request_run(namespace, workflow_id, "start", request_id)
+            if prior is not None:
+                return prior, None, False
+        open_id = await self.open_run(namespace, workflow_id)
+        if open_id is None:
+            return None
+        if on_open is None:
+            raise AlreadyExists(f"workflow {workflow_id!r} is already running (run {open_id})")
+        try:
+            result = await self.transact_once(open_id, "start", request_id, on_open)
+        except NotFound:
+            return None
+        return open_id, result, False
+
+    # -- handing out tasks -----------------------------------------------------------
 
     async def claim(
         self, namespace: str, kind: str, task_list: str, fn: Callable[[Transition, int], T]
     ) -> T | None:
-        """Hand the oldest task of a task list to one poller, appending its *Started event.
+        """Hand the oldest task of a task list that can be had to one poller,
+        appending its *Started event; None if there is none.
 
-        None if there is no task. Locks are taken run first, like every other
-        write, so a claim never deadlocks with a command on the same run. On
-        PostgreSQL the first choice is a task whose run nobody holds (`SKIP
-        LOCKED`), so concurrent pollers spread over runs; only if every run
-        with a task is busy does a poller wait its turn on the oldest one.
+        The task rows come from the database; a task another poller took first
+        makes `fn` refuse (NotFound) on the run's current state, and the next one
+        is tried. A run this node is busy with is passed over for now.
         """
-        where = {"namespace": namespace, "kind": kind, "task_list": task_list}
-        if not self.is_pg and not await self._rows(_OLDEST_TASK.params(where)):
-            # SQLite's write transaction locks the whole database: look first.
-            # PostgreSQL's costs no more than this read when it finds nothing.
-            return None
-
-        async def attempt() -> T | _Taken | None:
-            committed = Committed()
-            async with self._write() as conn:
-                row: Any = None
-                if self.is_pg:
-                    row = (await conn.execute(_OLDEST_FREE_TASK, where)).first()
-                if row is not None:
-                    state = RunState.from_json(row.state)
-                else:
-                    row = (await conn.execute(_OLDEST_TASK, where)).first()
-                    if row is None:
-                        return None
-                    state = await self._lock_run(conn, row.run_id)
-                # Task rows change only under their run's lock: now we know.
-                if await conn.scalar(_TASK_EXISTS, {"id": row.id}) is None:
-                    return _TAKEN
-                result = await self._apply(
-                    conn, state, lambda t: fn(t, row.scheduled_id), committed, is_new=False
-                )
-            self._on_commit(committed)
-            return result
-
-        for _ in range(_CLAIM_ROUNDS):
-            out: T | _Taken | None = await self._retrying(attempt)
-            if not isinstance(out, _Taken):
-                return out
+        for _ in range(_CAS_ATTEMPTS):
+            found = await self._hot.candidates(namespace, kind, task_list, _CLAIM_CANDIDATES)
+            if not found:
+                return None
+            # Runs this node is not busy with first; a busy one waits its turn.
+            found.sort(key=lambda row: self.cache.busy(row.run_id))
+            for row in found:
+                if self._taken_already(row):
+                    continue
+                try:
+                    take = functools.partial(_take, fn, row.scheduled_id)
+                    return await self.transact(row.run_id, take)
+                except (NotFound, FailedPrecondition):
+                    continue  # taken, or its run closed or is gone
         return None
 
-    @overload
-    async def _lock_run(self, conn: AsyncConnection, run_id: str) -> RunState: ...
+    def _taken_already(self, row: Candidate) -> bool:
+        """Whether this node's copy of the run, as new as the task row or newer,
+        shows the task handed out already (by a commit here since the row was
+        read): then there is nothing to try."""
+        entry = self.cache.peek(row.run_id)
+        if entry is None or entry.version < row.version:
+            return False
+        return not any(ref.scheduled_id == row.scheduled_id for ref in derived.tasks(entry.state))
 
-    @overload
-    async def _lock_run(
-        self, conn: AsyncConnection, run_id: str, *, skip_locked: bool
-    ) -> RunState | None: ...
+    # -- the hot path's reads ----------------------------------------------------------
 
-    async def _lock_run(
-        self, conn: AsyncConnection, run_id: str, *, skip_locked: bool = False
-    ) -> RunState | None:
-        key = {"run_id": run_id}
-        if self.is_pg and skip_locked:
-            # Tell "busy" apart from "gone": only a missing row is NOT_FOUND.
-            raw = await conn.scalar(_LOCK_RUN_UNLESS_BUSY, key)
-            if raw is None and await conn.scalar(_RUN_STATE, key):
-                return None
-        else:
-            raw = await conn.scalar(_LOCK_RUN[self.is_pg], key)
-        if raw is None:
-            raise NotFound(f"run {run_id} not found")
-        return RunState.from_json(raw)
+    def cached_events(
+        self, run_id: str, first_id: int, last_id: int
+    ) -> list[h.HistoryEvent] | None:
+        """Events first_id..last_id if this node holds them all in memory (it
+        wrote them), else None."""
+        entry = self.cache.peek(run_id)
+        held = entry.events(first_id, last_id) if entry is not None else None
+        return list(held) if held is not None else None
 
-    async def _apply(
-        self,
-        conn: AsyncConnection,
-        state: RunState,
-        fn: Callable[[Transition], T],
-        committed: Committed,
-        is_new: bool,
-    ) -> T:
-        before_tasks = derived.tasks(state)
-        before_deadlines = derived.deadlines(state)
-        before_locks = derived.lock_claims(state)
-        was_open, before_children = state.is_open, list(state.children.values())
-        t = Transition(state, utcnow())
-        result = fn(t)
-        t.finish()
-        if t.events or t.state_changed or is_new:
-            await self._persist(conn, t, before_tasks, before_deadlines, is_new, committed)
-            await self._sync_locks(conn, t.state, before_locks, committed)
-            await self._deliver(conn, t, committed)
-            if was_open and not t.state.is_open:
-                await self._closed(conn, t, before_children, committed)
-        return result
-
-    async def _persist(
-        self,
-        conn: AsyncConnection,
-        t: Transition,
-        before_tasks: set[derived.TaskRef],
-        before_deadlines: dict[tuple[str, int], float],
-        is_new: bool,
-        committed: Committed,
-    ) -> None:
-        s = t.state
-        if t.events:
-            await conn.execute(
-                insert(history_events),
-                [
-                    {
-                        "run_id": s.run_id,
-                        "event_id": e.event_id,
-                        "event_type": e.type,
-                        "timestamp": e.timestamp.ToDatetime(),
-                        "data": e.SerializeToString(),
-                    }
-                    for e in t.events
-                ],
-            )
-            committed.runs_with_events.add(s.run_id)
-            committed.events += len(t.events)
-        row = {
-            "status": s.status,
-            "close_time": naive(s.closed_at) if s.closed_at else None,
-            "history_length": s.next_event_id - 1,
-            "state": s.to_json(),
-        }
-        if is_new:
-            await conn.execute(
-                insert(runs).values(
-                    run_id=s.run_id,
-                    namespace=s.namespace,
-                    workflow_id=s.workflow_id,
-                    workflow_type=s.type_name,
-                    task_list=s.task_list,
-                    start_time=naive(s.started_at),
-                    continued_from_run_id=s.continued_from_run_id,
-                    parent_run_id=s.parent_run_id,
-                    replay_of_run_id=s.replay_of_run_id,
-                    **row,
-                )
-            )
-        else:
-            await conn.execute(_UPDATE_RUN, {"key_run_id": s.run_id, **row})
-        await self._sync_tasks(conn, s, before_tasks, committed)
-        await self._sync_deadlines(conn, s, before_deadlines, committed)
-        for successor in t.new_runs:
-            await self._persist(conn, successor, set(), {}, True, committed)
-
-    async def _sync_tasks(
-        self, conn: AsyncConnection, s: RunState, before: set[derived.TaskRef], c: Committed
-    ) -> None:
-        after = derived.tasks(s)
-        gone = [
-            {"run_id": s.run_id, "kind": ref.kind, "scheduled_id": ref.scheduled_id}
-            for ref in before - after
+    async def events_between(
+        self, run_id: str, first_id: int, last_id: int
+    ) -> list[h.HistoryEvent]:
+        """Events first_id..last_id, from this node's memory when it has them."""
+        if first_id > last_id:
+            return []
+        held = self.cached_events(run_id, first_id, last_id)
+        if held is not None:
+            return held
+        return [
+            h.HistoryEvent.FromString(data)
+            for data in await self._hot.events(run_id, first_id, last_id)
         ]
-        if gone:
-            await conn.execute(_DELETE_TASK, gone)
-        added = after - before
-        if not added:
-            return
-        now = naive(utcnow().timestamp())
-        await conn.execute(
-            insert(tasks),
-            [
-                {
-                    "namespace": s.namespace,
-                    "kind": r.kind,
-                    "task_list": r.task_list,
-                    "run_id": s.run_id,
-                    "scheduled_id": r.scheduled_id,
-                    "created_at": now,
-                }
-                for r in sorted(added, key=lambda r: r.scheduled_id)
-            ],
-        )
-        counts = Counter(TaskListKey(s.namespace, r.kind, r.task_list) for r in added)
-        c.task_lists.update(counts)
-        if self.is_pg:
-            # Transactional: delivered on commit only, so a poller woken on
-            # another node always finds the row.
-            for key, n in counts.items():
-                await conn.execute(
-                    text("SELECT pg_notify(:ch, :payload)"),
-                    {"ch": NOTIFY_CHANNEL, "payload": key.channel_payload(self.node_id, n)},
-                )
-
-    async def _sync_deadlines(
-        self,
-        conn: AsyncConnection,
-        s: RunState,
-        before: dict[tuple[str, int], float],
-        c: Committed,
-    ) -> None:
-        after = derived.deadlines(s)
-        changed = [
-            {"run_id": s.run_id, "kind": key[0], "ref_id": key[1]}
-            for key, due in before.items()
-            if after.get(key) != due
-        ]
-        if changed:
-            await conn.execute(_DELETE_DEADLINE, changed)
-        added = [(k, due) for k, due in after.items() if before.get(k) != due]
-        if added:
-            await conn.execute(
-                insert(deadlines),
-                [
-                    {"run_id": s.run_id, "kind": k[0], "ref_id": k[1], "due": naive(due)}
-                    for k, due in added
-                ],
-            )
-            earliest = min(due for _, due in added)
-            if c.earliest_deadline is None or earliest < c.earliest_deadline:
-                c.earliest_deadline = earliest
-
-    async def _sync_locks(
-        self,
-        conn: AsyncConnection,
-        s: RunState,
-        before: dict[str, derived.LockClaim],
-        c: Committed,
-    ) -> None:
-        """Write this run's lock rows as its state now calls for, then grant each
-        lock it let go of (or asked for while free) to the first in its queue.
-
-        The grant is applied to the waiter's run in this same transaction: a
-        release and the next holder's LockAcquired commit together, so a crash
-        can lose neither.
-        """
-        after = derived.lock_claims(s)
-        if not before and not after:
-            return
-        changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
-        if self.is_pg:
-            # Sorted, so that two transactions take shared names in one order.
-            for name in changed:
-                await conn.execute(_LOCK_NAME_XACT, {"key": f"{s.namespace}/{name}"})
-        to_settle: list[tuple[str, str, str]] = []  # (lock, previous holder's workflow id, run id)
-        for name in changed:
-            old, new = before.get(name), after.get(name)
-            if old is not None:
-                table = locks if old.held else lock_waiters
-                await conn.execute(
-                    delete(table).where(
-                        table.c.namespace == s.namespace,
-                        table.c.lock_name == name,
-                        table.c.run_id == s.run_id,
-                    )
-                )
-                if old.held:
-                    to_settle.append((name, s.workflow_id, s.run_id))
-            if new is not None:
-                await conn.execute(
-                    insert(locks if new.held else lock_waiters).values(
-                        namespace=s.namespace,
-                        lock_name=name,
-                        run_id=s.run_id,
-                        workflow_id=s.workflow_id,
-                        requested_id=new.requested_id,
-                        since=naive(new.since),
-                    )
-                )
-                if not new.held and (old is None or old.held):
-                    to_settle.append((name, "", ""))  # a new request: the lock may be free
-        for name, prev_workflow, prev_run in to_settle:
-            await self._grant_next(conn, s.namespace, name, prev_workflow, prev_run, c)
-
-    async def _grant_next(
-        self,
-        conn: AsyncConnection,
-        namespace: str,
-        name: str,
-        prev_workflow: str,
-        prev_run: str,
-        c: Committed,
-    ) -> None:
-        where = {"namespace": namespace, "lock_name": name}
-        if await conn.scalar(_LOCK_HOLDER, where) is not None:
-            return
-        waiter = await conn.scalar(_NEXT_WAITER, where)
-        if waiter is None:
-            return
-        state = await self._lock_run(conn, waiter)
-        await self._apply(
-            conn,
-            state,
-            lambda t: lock_rules.grant(t, name, prev_workflow, prev_run),
-            c,
-            is_new=False,
-        )
-
-    async def replay_closed(
-        self, old: RunRow, new_run_id: str, fn: Callable[[Transition], None]
-    ) -> None:
-        """Open `new_run_id` for the closed run `old` (`fn` writes its first events)
-        and link the two, in one transaction. AlreadyExists if the workflow id has
-        an open run (the unique index decides it across nodes)."""
-
-        async def attempt() -> None:
-            committed = Committed()
-            async with self._write() as conn:
-                key = old.key
-                # Under the old run's lock: two replays of it cannot both pass.
-                await self._lock_run(conn, key.run_id)
-                done = await conn.scalar(
-                    select(runs.c.replayed_by_run_id).where(runs.c.run_id == key.run_id)
-                )
-                if done:
-                    raise AlreadyExists(f"run {key.run_id} was replayed already, by run {done}")
-                state = RunState.blank(RunKey(key.namespace, key.workflow_id, new_run_id))
-                await self._apply(conn, state, fn, committed, is_new=True)
-                await conn.execute(
-                    update(runs)
-                    .where(runs.c.run_id == key.run_id)
-                    .values(replayed_by_run_id=new_run_id)
-                )
-            self._on_commit(committed)
-
-        try:
-            await self._retrying(attempt, unique_ok=True)
-        except IntegrityError as exc:
-            raise AlreadyExists(
-                f"workflow {old.key.workflow_id!r} has an open run: replay that one instead"
-            ) from exc
-
-    async def purge_closed(self, now: datetime) -> int | None:
-        """One retention pass (purge.py): runs deleted, or None if another node
-        was purging."""
-
-        if self.is_pg:
-
-            async def attempt() -> int | None:
-                # One transaction, under the purge lock: one node at a time.
-                async with self._write() as conn:
-                    if not await purge.take_purge_lock(conn):
-                        return None
-                    return await purge.delete_runs(conn, await purge.expired_runs(conn, now))
-
-            out: int | None = await self._retrying(attempt)
-            return out
-
-        # SQLite: plan in a read, so that writers are held up only by the delete.
-        async def plan() -> list[str]:
-            async with self._engine.connect() as conn:
-                found = await purge.expired_runs(conn, now)
-                await conn.commit()
-                return found
-
-        doomed: list[str] = await self._retrying(plan)
-
-        async def remove() -> int:
-            async with self._write() as conn:
-                return await purge.delete_runs(conn, doomed)
-
-        deleted: int = await self._retrying(remove)
-        return deleted
-
-    async def register_namespace(self, name: str, retention_text: str, description: str) -> None:
-        row = {
-            "name": name,
-            "retention": retention_text or SYSTEM_DEFAULT,
-            "description": description,
-            "registered_at": naive(utcnow().timestamp()),
-        }
-        # Registering again changes what it gives, as for types.
-        given = {k: v for k, v in row.items() if v not in ("", None)}
-        if not retention_text:
-            given.pop("retention")
-        stmt = dialect.upsert(self.is_pg, namespaces, row, ["name"], update=given)
-        await self._retrying(lambda: self._execute(stmt))
-
-    async def _deliver(self, conn: AsyncConnection, t: Transition, c: Committed) -> None:
-        """Append this transition's signals to the runs they go to."""
-        for out in t.outbox:
-            target = await self._lock_run(conn, out.run_id)
-            if not target.is_open:
-                # It closed after the decision was read: the decider answers again
-                # (ABORTED is retried) and this time learns the signal failed.
-                raise Aborted(f"run {out.run_id} closed before the signal reached it")
-            try:
-                await self._apply(conn, target, functools.partial(_receive, out), c, is_new=False)
-            except ResourceExhausted as exc:
-                # It filled up after the decision was read: decide again (as above).
-                raise Aborted(f"run {out.run_id} cannot take the signal now: {exc}") from None
-
-    async def _closed(
-        self,
-        conn: AsyncConnection,
-        t: Transition,
-        before_children: list[ChildState],
-        c: Committed,
-    ) -> None:
-        """A run closed: tell its parent, and apply its children's close policies."""
-        s = t.state
-        close = next(e for e in reversed(t.events) if e.type in CLOSE_EVENTS)
-        if s.parent_run_id and close.type != "WorkflowContinuedAsNew":
-            # (A child that continued as new goes on as the same child.)
-            try:
-                parent = await self._lock_run(conn, s.parent_run_id)
-            except NotFound:
-                parent = None  # purged by retention: nobody to tell
-            if parent is not None:
-                await self._apply(
-                    conn, parent, lambda tt: family.report_child_close(tt, s, close), c, False
-                )
-        for link in _open_children(before_children, t.events):
-            if link.parent_close_policy == "abandon":
-                continue
-            where = {"namespace": s.namespace, "workflow_id": link.workflow_id}
-            run_id = await conn.scalar(_OPEN_RUN, where)
-            while run_id:
-                child = await self._lock_run(conn, run_id)
-                if child.is_open:
-                    policy = functools.partial(family.apply_parent_close, parent=s, link=link)
-                    await self._apply(conn, child, policy, c, is_new=False)
-                    break
-                # It continued as new while we waited for its row: follow it.
-                run_id = child.continued_as_new_run_id

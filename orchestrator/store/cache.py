@@ -1,0 +1,103 @@
+"""Runs this node holds in memory: each run's state as of the version it last
+read or wrote, and the tail of its history this node wrote since.
+
+The database stays the truth: a write goes through only if the row still has
+the version cached here (compare-and-set), so a stale entry costs one retry,
+never a wrong write. Transitions of one run on this node take turns (one lock
+per run), so the state object is never changed by two at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections import OrderedDict
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+from orchestrator.engine.state import RunState
+from sdk.api.weft.v1 import history_pb2 as h
+
+MAX_RUNS = 10_000
+# The tail kept per run: enough for the events since the previous decision task
+# of any ordinary run; a longer gap is read from the database.
+MAX_TAIL = 256
+
+
+@dataclass
+class CachedRun:
+    state: RunState
+    version: int
+    tail: list[h.HistoryEvent] = field(default_factory=list)
+    """The last events of the run, contiguous up to its last event (maybe none)."""
+
+    def add_events(self, events: list[h.HistoryEvent]) -> None:
+        if not events:
+            return
+        if self.tail and self.tail[-1].event_id + 1 != events[0].event_id:
+            self.tail = []
+        self.tail.extend(events)
+        if len(self.tail) > MAX_TAIL:
+            del self.tail[: len(self.tail) - MAX_TAIL]
+
+    def events(self, first_id: int, last_id: int) -> list[h.HistoryEvent] | None:
+        """Events first_id..last_id from the tail, or None if it does not hold them all."""
+        if not self.tail or first_id < self.tail[0].event_id or last_id > self.tail[-1].event_id:
+            return None
+        start = first_id - self.tail[0].event_id
+        return self.tail[start : start + last_id - first_id + 1]
+
+
+class RunCache:
+    def __init__(self, max_runs: int = MAX_RUNS) -> None:
+        self._runs: OrderedDict[str, CachedRun] = OrderedDict()
+        self._max = max_runs
+        self._locks: dict[str, asyncio.Lock] = {}
+        self._holders: dict[str, int] = {}
+        self.hits = 0
+        self.misses = 0
+
+    def get(self, run_id: str) -> CachedRun | None:
+        entry = self._runs.get(run_id)
+        if entry is None:
+            self.misses += 1
+            return None
+        self.hits += 1
+        self._runs.move_to_end(run_id)
+        return entry
+
+    def peek(self, run_id: str) -> CachedRun | None:
+        return self._runs.get(run_id)
+
+    def put(self, run_id: str, entry: CachedRun) -> None:
+        self._runs[run_id] = entry
+        self._runs.move_to_end(run_id)
+        while len(self._runs) > self._max:
+            self._runs.popitem(last=False)
+
+    def evict(self, run_id: str) -> None:
+        self._runs.pop(run_id, None)
+
+    def clear(self) -> None:
+        self._runs.clear()
+
+    @asynccontextmanager
+    async def turn(self, run_id: str) -> AsyncIterator[None]:
+        """This node's turn at the run: one transition of it at a time."""
+        lock = self._locks.get(run_id)
+        if lock is None:
+            lock = self._locks[run_id] = asyncio.Lock()
+        self._holders[run_id] = self._holders.get(run_id, 0) + 1
+        try:
+            async with lock:
+                yield
+        finally:
+            left = self._holders[run_id] - 1
+            if left:
+                self._holders[run_id] = left
+            else:  # nobody holds or waits: forget the lock
+                del self._holders[run_id]
+                del self._locks[run_id]
+
+    def busy(self, run_id: str) -> bool:
+        return run_id in self._holders

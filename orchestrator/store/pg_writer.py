@@ -1,0 +1,225 @@
+"""The PostgreSQL hot path: psycopg 3 directly, each transition one prepared
+call of `weft_apply` / `weft_create` (migration 0006) in autocommit, so one
+round trip and one transaction write the run row, its events, its task and
+deadline rows and the notifications. Reads on the hot path are single prepared
+statements in autocommit too.
+
+Connections come from a small pool of its own, kept open (a closed connection
+forgets its prepared statements) and handed out most-recently-used first.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import psycopg
+import structlog
+from psycopg import errors as pg_errors
+
+from orchestrator.engine.errors import InvalidArgument, Unavailable
+
+from .rows import DbStats, naive
+from .writes import Candidate, Conflict, RunWrite
+
+log = structlog.get_logger("weft.store")
+
+POOL_SIZE = 24
+_REST = (
+    "%s::bigint[], %s::varchar[], %s::timestamp[], %s::bytea[], "
+    "%s::varchar[], %s::bigint[], "
+    "%s, %s::varchar[], %s::varchar[], %s::bigint[], %s, "
+    "%s::varchar[], %s::bigint[], %s::varchar[], %s::bigint[], %s::timestamp[], "
+    "%s::varchar[], %s::text[]"
+)
+_APPLY = f"SELECT weft_apply(%s, %s, %s, %s, %s, %s, {_REST})"
+_CREATE = f"SELECT weft_create(%s, %s, %s, %s, %s, %s, %s::varchar[], %s, %s, %s, %s, {_REST})"
+_LOAD = "SELECT state, version FROM runs WHERE run_id = %s"
+_CANDIDATES = (
+    "SELECT t.id, t.run_id, t.scheduled_id, r.version FROM tasks t"
+    " JOIN runs r ON r.run_id = t.run_id"
+    " WHERE t.namespace = %s AND t.kind = %s AND t.task_list = %s ORDER BY t.id LIMIT %s"
+)
+_EVENTS = (
+    "SELECT data FROM history_events"
+    " WHERE run_id = %s AND event_id >= %s AND event_id <= %s ORDER BY event_id"
+)
+
+# Worth another go: serialization failure, deadlock, and a failover's codes.
+_RETRY_STATES = {"40001", "40P01", "25006", "57P03"}
+_ATTEMPTS = 8
+
+
+class PgWriter:
+    def __init__(self, conninfo: str, stats: DbStats, size: int = POOL_SIZE) -> None:
+        self._conninfo = conninfo
+        self._stats = stats
+        self._idle: list[psycopg.AsyncConnection[Any]] = []
+        self._slots = asyncio.Semaphore(size)
+        self._closed = False
+
+    async def close(self) -> None:
+        self._closed = True
+        idle, self._idle = self._idle, []
+        for conn in idle:
+            await conn.close()
+
+    @asynccontextmanager
+    async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
+        async with self._slots:
+            conn = self._idle.pop() if self._idle else None
+            if conn is None or conn.closed:
+                conn = await psycopg.AsyncConnection.connect(
+                    self._conninfo, autocommit=True, prepare_threshold=0
+                )
+            try:
+                yield conn
+            except BaseException:
+                # A connection that failed mid-call may be in any state: drop it.
+                await conn.close()
+                raise
+            if not self._closed and not conn.closed:
+                self._idle.append(conn)
+            else:
+                await conn.close()
+
+    async def _read(self, query: str, params: tuple[Any, ...]) -> list[Any]:
+        """One prepared statement's rows; reads are safe to repeat, so a lost
+        connection or a retryable error is retried."""
+        delay = 0.02
+        for attempt in range(_ATTEMPTS):
+            try:
+                async with self._conn() as conn:
+                    self._stats.statements += 1
+                    cur = await conn.execute(query, params, prepare=True)
+                    return await cur.fetchall()
+            except psycopg.errors.DatabaseError as exc:
+                if attempt == _ATTEMPTS - 1 or not _retryable(exc):
+                    raise Unavailable(f"database unavailable: {exc}") from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    # -- reads ------------------------------------------------------------------------
+
+    async def load(self, run_id: str) -> tuple[str, int] | None:
+        rows = await self._read(_LOAD, (run_id,))
+        return (rows[0][0], int(rows[0][1])) if rows else None
+
+    async def candidates(
+        self, namespace: str, kind: str, task_list: str, limit: int
+    ) -> list[Candidate]:
+        rows = await self._read(_CANDIDATES, (namespace, kind, task_list, limit))
+        return [Candidate(int(r[0]), str(r[1]), int(r[2]), int(r[3])) for r in rows]
+
+    async def events(self, run_id: str, first_id: int, last_id: int) -> list[bytes]:
+        rows = await self._read(_EVENTS, (run_id, first_id, last_id))
+        return [bytes(r[0]) for r in rows]
+
+    # -- the write --------------------------------------------------------------------
+
+    async def write(self, w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> bool:
+        """Apply `w` if the run is still at `w.version` (or, new, does not exist);
+        False if another writer came first. Conflict when a unique key was taken
+        (an open run of the workflow id, a request id); Unavailable when the
+        database could not be reached or the outcome of the call is unknown."""
+        s = w.state
+        row = w.row()
+        rest = _rest(w)
+        if w.is_new:
+            query = _CREATE
+            params: tuple[Any, ...] = (
+                s.run_id,
+                s.namespace,
+                s.workflow_id,
+                s.type_name,
+                s.task_list,
+                naive(s.started_at),
+                list(links),
+                row["status"],
+                row["close_time"],
+                row["history_length"],
+                row["state"],
+                *rest,
+            )
+        else:
+            query = _APPLY
+            params = (
+                s.run_id,
+                w.version,
+                row["status"],
+                row["close_time"],
+                row["history_length"],
+                row["state"],
+                *rest,
+            )
+        delay = 0.02
+        for attempt in range(_ATTEMPTS):
+            sent = False
+            try:
+                async with self._conn() as conn:
+                    self._stats.statements += 1
+                    sent = True
+                    cur = await conn.execute(query, params, prepare=True)
+                    result = await cur.fetchone()
+                    self._stats.transactions += 1
+                    return bool(result and result[0])
+            except pg_errors.UniqueViolation as exc:
+                raise Conflict(str(exc)) from exc
+            except pg_errors.DataError as exc:
+                # Input the validators let through but a column cannot hold.
+                raise InvalidArgument(f"a value does not fit the database: {exc}") from exc
+            except psycopg.errors.DatabaseError as exc:
+                if isinstance(exc, psycopg.OperationalError) and sent and await self._landed(w):
+                    # The call committed as the connection went (the check reads the
+                    # row on a new connection; if it cannot, the outcome is unknown).
+                    return True
+                if attempt == _ATTEMPTS - 1 or not _retryable(exc):
+                    raise Unavailable(f"database unavailable: {exc}") from exc
+                await asyncio.sleep(delay)
+                delay = min(delay * 2, 1.0)
+        raise AssertionError("unreachable")
+
+    async def _landed(self, w: RunWrite) -> bool:
+        """After a connection lost during the call: did the write commit? It did
+        if the run is one version on and holds exactly the state we wrote."""
+        try:
+            rows = await self._read(_LOAD, (w.run_id,))
+        except Unavailable:
+            raise Unavailable(
+                "database connection lost while committing; the outcome is unknown"
+            ) from None
+        return bool(rows) and int(rows[0][1]) == w.version + 1 and rows[0][0] == w.state_json
+
+
+def _rest(w: RunWrite) -> tuple[Any, ...]:
+    events = w.events
+    request = list(w.request) if w.request else []
+    return (
+        [e.event_id for e in events],
+        [e.type for e in events],
+        [e.timestamp.ToDatetime() for e in events],
+        [e.SerializeToString() for e in events],
+        [k for k, _ in w.tasks_gone],
+        [sid for _, sid in w.tasks_gone],
+        w.state.namespace,
+        [r.kind for r in w.tasks_added],
+        [r.task_list for r in w.tasks_added],
+        [r.scheduled_id for r in w.tasks_added],
+        naive(w.now.timestamp()),
+        [k for k, _ in w.deadlines_gone],
+        [ref for _, ref in w.deadlines_gone],
+        [k for k, _, _ in w.deadlines_added],
+        [ref for _, ref, _ in w.deadlines_added],
+        [due for _, _, due in w.deadlines_added],
+        request,
+        w.notify,
+    )
+
+
+def _retryable(exc: psycopg.errors.DatabaseError) -> bool:
+    """A lost connection, or an error the database says may pass (serialization
+    failure, deadlock, a failover's read-only or starting-up states)."""
+    return isinstance(exc, psycopg.OperationalError) or exc.sqlstate in _RETRY_STATES
