@@ -171,6 +171,7 @@ class DecisionTask:
         version: str = "",
         continue_as_new_suggested: bool = False,
         attempt: int = 1,
+        view: RunView | None = None,
     ) -> None:
         self.workflow_id = workflow_id
         self.run_id = run_id
@@ -184,6 +185,8 @@ class DecisionTask:
         """1, or more when this task failed or timed out before (the same history
         decided again: a decider that raised keeps raising unless something changed)."""
         self.decisions: list[Decision] = []
+        if view is not None:
+            self.__dict__["view"] = view  # folded already (a decider's cache)
 
     # -- reading ------------------------------------------------------------------------
 
@@ -199,7 +202,10 @@ class DecisionTask:
     @property
     def new_events(self) -> list[Event]:
         """The events since the previous decision task started: what is new to decide on."""
-        return [e for e in self.history if e.event_id > self.previous_started_event_id]
+        start = len(self.history)
+        while start and self.history[start - 1].event_id > self.previous_started_event_id:
+            start -= 1
+        return self.history[start:]
 
     @property
     def activities(self) -> dict[str, ActivityState]:

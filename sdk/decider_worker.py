@@ -30,11 +30,15 @@ import structlog
 
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
+from sdk.api.weft.v1.history_pb2 import HistoryEvent
 from sdk.client import POLL_TIMEOUT, AsyncClient
 from sdk.converter import PayloadDecodeError
 from sdk.decider import Decider, DecisionTask
+from sdk.decider_cache import DEFAULT_SIZE as DEFAULT_CACHE_SIZE
+from sdk.decider_cache import CachedRun, RunCache
 from sdk.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError, WeftError
 from sdk.events import Event, event_from_proto
+from sdk.history import Fold
 from sdk.sync_client import Client
 from sdk.worker import DEFAULT_GRACE, Worker
 
@@ -82,8 +86,12 @@ class DeciderWorker(Worker):
         register_types: bool = False,
         fallback: Decider | None = None,
         registrations: Sequence[TypeRegistration] = (),
+        cache_size: int = DEFAULT_CACHE_SIZE,
     ) -> None:
         self.register_types = register_types
+        # Runs decided here are kept (up to cache_size; 0: none), so that their
+        # next tasks bring only new events.
+        self.cache = RunCache(cache_size) if cache_size else None
         self.fallback = fallback
         self.registrations = tuple(registrations)
         self.deciders: dict[tuple[str, str], Decider] = {}
@@ -160,7 +168,10 @@ class DeciderWorker(Worker):
         resp: s.PollForDecisionTaskResponse = await self.client.rpc(
             "PollForDecisionTask",
             s.PollForDecisionTaskRequest(
-                namespace=self.client.namespace, task_list=task_list, identity=self.identity
+                namespace=self.client.namespace,
+                task_list=task_list,
+                identity=self.identity,
+                cache_id=self.cache.id if self.cache else "",
             ),
             timeout=POLL_TIMEOUT,
         )
@@ -174,7 +185,7 @@ class DeciderWorker(Worker):
             "event_id": resp.started_event_id,
         }
         try:
-            history = await self._history(resp)
+            held = await self._history(resp)
         except PayloadDecodeError as exc:
             await self._cannot_decide(resp, "UNDECODABLE_HISTORY", exc, where)
             return
@@ -186,11 +197,12 @@ class DeciderWorker(Worker):
             run_id=resp.workflow_execution.run_id,
             workflow_type=resp.workflow_type.name,
             version=resp.workflow_type.version,
-            history=history,
+            history=held.history,
             started_event_id=resp.started_event_id,
             previous_started_event_id=resp.previous_started_event_id,
             continue_as_new_suggested=resp.continue_as_new_suggested,
             attempt=resp.attempt or 1,
+            view=held.fold.view,
         )
         decider = self.decider_for(resp.workflow_type.name, resp.workflow_type.version)
         try:
@@ -208,11 +220,60 @@ class DeciderWorker(Worker):
             )
             await self._cannot_decide(resp, cause, exc, where)
             return
-        await self._respond(resp.task_token, task, where)
+        if await self._respond(resp.task_token, task, where) and self.cache is not None:
+            self.cache.keep(task.run_id, held)
 
-    async def _history(self, resp: s.PollForDecisionTaskResponse) -> list[Event]:
-        """The task's events; a long history comes in pages."""
-        raw = list(resp.events)
+    async def _history(self, resp: s.PollForDecisionTaskResponse) -> CachedRun:
+        """The task's history and its fold: the cached run carried on with the
+        events the task brings, or else the whole history, read and folded."""
+        run_id = resp.workflow_execution.run_id
+        cached = (
+            self.cache.take(run_id, resp.previous_started_event_id)
+            if self.cache is not None
+            else None
+        )
+        if resp.first_event_id > 1:
+            if cached is not None:
+                new = self._decode(await self._pages(resp, list(resp.events)))
+                cached.history.extend(new)
+                cached.fold.add(new)
+                cached.started_event_id = resp.started_event_id
+                return cached
+            # The server thought this cache holds the run, and it does not (it was
+            # evicted, or this worker restarted): read the history from the start.
+            raw = await self._whole_history(resp)
+        else:
+            raw = await self._pages(resp, list(resp.events))
+        events = self._decode(raw)
+        return CachedRun(events, resp.started_event_id, Fold().add(events))
+
+    def _decode(self, raw: list[HistoryEvent]) -> list[Event]:
+        # Strict: deciding on a history with a hole in it could do anything.
+        return [event_from_proto(e, self.client.converter, strict=True) for e in raw]
+
+    async def _whole_history(self, resp: s.PollForDecisionTaskResponse) -> list[HistoryEvent]:
+        """The run's history up to the task's DeciderStarted (the window: never
+        an event after it)."""
+        raw: list[HistoryEvent] = []
+        token = b""
+        while True:
+            page = await self.client.rpc(
+                "GetWorkflowHistory",
+                s.GetWorkflowHistoryRequest(
+                    namespace=self.client.namespace,
+                    execution=resp.workflow_execution,
+                    next_page_token=token,
+                ),
+            )
+            raw.extend(e for e in page.events if e.event_id <= resp.started_event_id)
+            token = page.next_page_token
+            if not token or not page.events or page.events[-1].event_id >= resp.started_event_id:
+                return raw
+
+    async def _pages(
+        self, resp: s.PollForDecisionTaskResponse, raw: list[HistoryEvent]
+    ) -> list[HistoryEvent]:
+        """`raw` (the task's first page) with the rest of the task's window."""
         token = resp.next_page_token
         while token:
             page = await self.client.rpc(
@@ -228,33 +289,37 @@ class DeciderWorker(Worker):
             )
             raw.extend(page.events)
             token = page.next_page_token
-        # Strict: deciding on a history with a hole in it could do anything.
-        return [event_from_proto(e, self.client.converter, strict=True) for e in raw]
+        return raw
 
-    async def _respond(self, token: bytes, task: DecisionTask, where: dict[str, Any]) -> None:
+    async def _respond(self, token: bytes, task: DecisionTask, where: dict[str, Any]) -> bool:
+        """Answer with the task's decisions; whether they were taken."""
         converter = self.client.converter
         try:
             decisions = [decision.to_proto(converter) for decision in task.decisions]
             await self.client.rpc(
                 "RespondDecisionTaskCompleted",
                 s.RespondDecisionTaskCompletedRequest(
-                    task_token=token, decisions=decisions, identity=self.identity
+                    task_token=token,
+                    decisions=decisions,
+                    identity=self.identity,
+                    cache_id=self.cache.id if self.cache else "",
                 ),
             )
         except NotFoundError:
             log.warning("decision.stale", **where)
-            return
+            return False
         except (InvalidArgumentError, ResourceExhaustedError, TypeError, ValueError) as exc:
             # The server refused the decisions as a whole (a payload over the
             # limit, a bad name): record why in the history.
             message = exc.message if isinstance(exc, WeftError) else str(exc)
             log.error("decision.refused", error=message, attempt=task.attempt, **where)
             await self._fail_task(token, "BAD_DECISIONS", {"message": message}, where)
-            return
+            return False
         except WeftError as exc:
             log.error("decision.answer_failed", error=exc.message, **where)
-            return
+            return False
         log.info("decision.completed", decisions=[d.kind for d in task.decisions], **where)
+        return True
 
     async def _cannot_decide(
         self,

@@ -142,14 +142,25 @@ class RunView:
     children: dict[str, ChildState] = field(default_factory=dict)
 
 
+class Fold:
+    """A fold that can be carried on: `add` the events that follow and `view`
+    is the run as of the last one (a decider's cache folds only what is new)."""
+
+    def __init__(self) -> None:
+        self.view = RunView()
+        self._by_scheduled: dict[int, ActivityState] = {}
+
+    def add(self, events: Iterable[Event]) -> Fold:
+        view, by_scheduled = self.view, self._by_scheduled
+        for event in events:
+            handler = _HANDLERS.get(event.type)
+            if handler is not None:
+                handler(view, by_scheduled, event)
+        return self
+
+
 def fold(events: Iterable[Event]) -> RunView:
-    view = RunView()
-    by_scheduled: dict[int, ActivityState] = {}
-    for event in events:
-        handler = _HANDLERS.get(event.type)
-        if handler is not None:
-            handler(view, by_scheduled, event)
-    return view
+    return Fold().add(events).view
 
 
 # -- one handler per event type ---------------------------------------------------------

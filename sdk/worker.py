@@ -29,6 +29,7 @@ DEFAULT_GRACE = timedelta(seconds=30)
 # After a failed poll (server unreachable past the client's retry budget, or a
 # refusal), wait this long before polling again.
 POLL_BACKOFF = 1.0
+MAX_DEFAULT_POLLERS = 8
 
 
 class Worker:
@@ -62,9 +63,12 @@ class Worker:
                 f" ({len(self.task_lists)}): some lists would never be polled"
             )
         # A poll holds a slot while it waits, so all polls together fit in the
-        # slots: an idle list is always polled. Two per list keep a busy list fed
-        # while a task's answer is on its way.
-        self.pollers = pollers or max(1, min(2, concurrency // len(self.task_lists)))
+        # slots: an idle list is always polled. A parked poll costs the server
+        # nothing, and the server hands a new task straight to a poll waiting on
+        # the node that commits it, so up to half the slots wait (8 per list at
+        # most): as many tasks as are likely to come at once find a poll there.
+        per_list = concurrency // (2 * len(self.task_lists))
+        self.pollers = pollers or max(1, min(MAX_DEFAULT_POLLERS, per_list))
         if self.pollers * len(self.task_lists) > concurrency:
             need = self.pollers * len(self.task_lists)
             raise ValueError(f"{need} polls need a concurrency of {need}, not {concurrency}")

@@ -645,19 +645,26 @@ class PollForDecisionTaskRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     TASK_LIST_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    CACHE_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     task_list: _builtins.str
     identity: _builtins.str
+    cache_id: _builtins.str
+    """The decider's cache of runs ("" for none; see cache_id of
+    RespondDecisionTaskCompletedRequest): a task of a run it holds comes with
+    only the events it has not seen.
+    """
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         task_list: _builtins.str = ...,
         identity: _builtins.str = ...,
+        cache_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "namespace", b"namespace", "task_list", b"task_list"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_id", b"cache_id", "identity", b"identity", "namespace", b"namespace", "task_list", b"task_list"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -676,6 +683,7 @@ class PollForDecisionTaskResponse(_message.Message):
     PREVIOUS_STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     CONTINUE_AS_NEW_SUGGESTED_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    FIRST_EVENT_ID_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     """Empty when the long poll expired with no task."""
     next_page_token: _builtins.bytes
@@ -689,6 +697,12 @@ class PollForDecisionTaskResponse(_message.Message):
     """
     attempt: _builtins.int
     """1, or the attempt of a task that failed or timed out in a row before."""
+    first_event_id: _builtins.int
+    """The id of the first event in `events`: 1 for the whole history, or
+    previous_started_event_id + 1 when the poller's cache holds the run up to
+    its previous decision task (a decider whose cache does not, reads the
+    history from the start with GetWorkflowHistory).
+    """
     @_builtins.property
     def workflow_execution(self) -> _common_pb2.WorkflowExecution: ...
     @_builtins.property
@@ -709,10 +723,11 @@ class PollForDecisionTaskResponse(_message.Message):
         previous_started_event_id: _builtins.int = ...,
         continue_as_new_suggested: _builtins.bool = ...,
         attempt: _builtins.int = ...,
+        first_event_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "continue_as_new_suggested", b"continue_as_new_suggested", "events", b"events", "next_page_token", b"next_page_token", "previous_started_event_id", b"previous_started_event_id", "started_event_id", b"started_event_id", "task_token", b"task_token", "workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "continue_as_new_suggested", b"continue_as_new_suggested", "events", b"events", "first_event_id", b"first_event_id", "next_page_token", b"next_page_token", "previous_started_event_id", b"previous_started_event_id", "started_event_id", b"started_event_id", "task_token", b"task_token", "workflow_execution", b"workflow_execution", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -725,8 +740,14 @@ class RespondDecisionTaskCompletedRequest(_message.Message):
     TASK_TOKEN_FIELD_NUMBER: _builtins.int
     DECISIONS_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    CACHE_ID_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     identity: _builtins.str
+    cache_id: _builtins.str
+    """Set when the decider keeps this run's history (up to this task's
+    DeciderStarted) in a cache of that id; its next task of the run then
+    carries only the new events.
+    """
     @_builtins.property
     def decisions(self) -> _containers.RepeatedCompositeFieldContainer[_decisions_pb2.Decision]: ...
     def __init__(
@@ -735,10 +756,11 @@ class RespondDecisionTaskCompletedRequest(_message.Message):
         task_token: _builtins.bytes = ...,
         decisions: _abc.Iterable[_decisions_pb2.Decision] | None = ...,
         identity: _builtins.str = ...,
+        cache_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decisions", b"decisions", "identity", b"identity", "task_token", b"task_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_id", b"cache_id", "decisions", b"decisions", "identity", b"identity", "task_token", b"task_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
