@@ -6,33 +6,57 @@ cancellation and report failures like user activities do.
 
     weft.http  {url, method="GET", headers={}, body=None, status_code=None, timeout=60}
                -> {status_code, headers, content, content_json}
-    weft.shell {command, env={}, exit_code=0}
+    weft.shell {command, args=[], env={}, exit_code=0}
                -> {stdout, stderr, exit_code}
+
+Values never become shell text: `command` is the script the definition wrote,
+and the values a step puts into it travel as positional parameters (`args`,
+read as `"$1"`, `"$2"`, … by `sh -c COMMAND weft.shell ARGS…`), which the shell
+expands but never parses. `shell_script` builds that pair from a template's
+literal text and values, so an input `world; id > f` is echoed, not run.
 
 A status code or exit code the step did not expect fails the activity with
 `HttpStatusError` / `ShellExitError`, the response or output in the details, so
-an `on-error` handler can test it. A runner offers `weft.shell` only when started
-with `--allow-shell`: a shell command runs with the runner's rights, so the
-operator opts in; without it, a shell task fails at once with `ShellNotAllowed`
-(not retryable: waiting cannot help) instead of waiting for a runner that never
-takes it.
+an `on-error` handler can test it.
+
+Both are off until the operator opts in, since each acts with the runner's
+rights. `weft.shell` runs only on a runner started with `--allow-shell`.
+`weft.http` reaches only the hosts of `--allow-http HOST` (`*`: any host whose
+addresses are all public): a private, loopback, link-local, multicast or
+unspecified address (every address a name resolves to is checked, and the
+connection goes to a checked one) is refused unless its host is listed by name
+or address, and each redirect is checked the same way, so a step cannot make a
+runner fetch its cloud's metadata or an internal service. Proxies of the
+environment are not used: through one, the checks could not hold. Refused, a
+task fails at once with `ShellNotAllowed` / `HttpNotAllowed` (not retryable:
+waiting cannot help) instead of waiting for a runner that never takes it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
+import functools
+import ipaddress
 import json
 import os
+import re
 import signal
+import socket
 import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from email.message import Message
-from http.client import HTTPException, HTTPMessage
+from http.client import (
+    HTTPConnection,
+    HTTPException,
+    HTTPMessage,
+    HTTPResponse,
+    HTTPSConnection,
+)
 from typing import Any, TypeVar
 
 from sdk.activity import ActivityDefinition, activity
@@ -41,14 +65,20 @@ from sdk.errors import ActivityFailure, NonRetryableError, WeftError
 from workers.steps.model import HTTP_ACTIVITY, SHELL_ACTIVITY
 
 __all__ = [
+    "HTTP_OFF",
+    "HttpNotAllowed",
+    "HttpPolicy",
     "HttpRequestError",
     "HttpStatusError",
     "InvalidInput",
     "ShellExitError",
     "ShellNotAllowed",
+    "ShellValue",
     "builtins",
     "http",
+    "http_activity",
     "shell",
+    "shell_script",
 ]
 
 T = TypeVar("T")
@@ -82,6 +112,10 @@ class HttpRequestError(ActivityFailure):
 
 class ShellExitError(ActivityFailure):
     """The command exited with a code the step did not expect."""
+
+
+class HttpNotAllowed(NonRetryableError):
+    """This runner may not make this request: see `weft runner --allow-http`."""
 
 
 class ShellNotAllowed(NonRetryableError):
@@ -299,9 +333,195 @@ def _json_or_none(text: str) -> Any:
         return None
 
 
+ANY_PUBLIC_HOST = "*"
+ALLOW_HTTP_FLAG = "--allow-http"
+
+
+@dataclass(frozen=True)
+class HttpPolicy:
+    """Where a runner's `weft.http` may connect (`weft runner --allow-http`).
+
+    `hosts` are names or addresses the operator listed: reachable at any
+    address, private ones included. `any_public`: any other host too, provided
+    every address it resolves to is public. Neither: `weft.http` is off."""
+
+    hosts: frozenset[str] = frozenset()
+    any_public: bool = False
+
+    @classmethod
+    def of(cls, entries: Iterable[str]) -> HttpPolicy:
+        """From `--allow-http` values (each may hold several, comma-separated);
+        `ValueError` names an entry that is not a host name or address."""
+        hosts: set[str] = set()
+        any_public = False
+        for entry in (e.strip() for value in entries for e in value.split(",")):
+            if entry == ANY_PUBLIC_HOST:
+                any_public = True
+            elif entry:
+                hosts.add(_host_entry(entry))
+        return cls(frozenset(hosts), any_public)
+
+    @property
+    def enabled(self) -> bool:
+        return self.any_public or bool(self.hosts)
+
+    def describe(self) -> list[str]:
+        """The policy as the runner logs it."""
+        return sorted(self.hosts) + ([ANY_PUBLIC_HOST] if self.any_public else [])
+
+    def check_url(self, url: str) -> None:
+        """Refuse a URL this runner may not fetch, by its host's name alone."""
+        if not self.enabled:
+            raise HttpNotAllowed(
+                f"weft.http is off on this runner: start it with"
+                f" `weft runner {ALLOW_HTTP_FLAG} HOST` to let it reach HOST"
+            )
+        host = _normal_host(urllib.parse.urlsplit(url).hostname or "")
+        if not host:
+            raise InvalidInput(f"{HTTP_ACTIVITY}: {url!r} names no host")
+        if host not in self.hosts and not self.any_public:
+            raise HttpNotAllowed(
+                f"{host} is not one of the hosts this runner may reach"
+                f" ({ALLOW_HTTP_FLAG} {','.join(self.describe())})"
+            )
+
+    def check_address(self, host: str, address: str) -> None:
+        """Refuse to connect to `address` (one that `host` resolved to) when it
+        is not public, unless the operator listed the host or the address."""
+        ip = ipaddress.ip_address(address.split("%", 1)[0])  # fe80::1%eth0
+        if _normal_host(host) in self.hosts or str(ip) in self.hosts or _public(ip):
+            return
+        raise HttpNotAllowed(
+            f"{host} resolves to {ip}, a private or special address: this runner"
+            f" reaches one only if listed ({ALLOW_HTTP_FLAG} {host})"
+        )
+
+
+def _normal_host(host: str) -> str:
+    """A host as listed and compared: lower case, no brackets or final dot, an
+    address in its canonical spelling."""
+    host = host.strip().lower().removeprefix("[").removesuffix("]").removesuffix(".")
+    try:
+        return str(ipaddress.ip_address(host))
+    except ValueError:
+        return host
+
+
+def _host_entry(entry: str) -> str:
+    host = _normal_host(entry)
+    if not _HOST_NAME.fullmatch(host) and not _is_address(host):
+        raise ValueError(
+            f"{entry!r} is not a host name or address (no scheme, port or path;"
+            f" {ANY_PUBLIC_HOST!r} for any public host)"
+        )
+    return host
+
+
+_HOST_NAME = re.compile(r"[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?(\.[a-z0-9_]([a-z0-9_-]*[a-z0-9_])?)*")
+
+
+def _is_address(text: str) -> bool:
+    try:
+        ipaddress.ip_address(text)
+    except ValueError:
+        return False
+    return True
+
+
+def _public(ip: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Whether `ip` is an ordinary Internet address. `is_global` alone lets some
+    multicast ranges through, and an IPv4 address inside IPv6 (`::ffff:10.0.0.1`)
+    is judged as the IPv4 address it is."""
+    if isinstance(ip, ipaddress.IPv6Address) and ip.ipv4_mapped is not None:
+        ip = ip.ipv4_mapped
+    special = (
+        ip.is_private,
+        ip.is_loopback,
+        ip.is_link_local,
+        ip.is_multicast,
+        ip.is_unspecified,
+        ip.is_reserved,
+    )
+    return ip.is_global and not any(special)
+
+
+def _checked_connection(
+    policy: HttpPolicy,
+) -> Callable[[tuple[str, int], float | None, tuple[str, int] | None], socket.socket]:
+    """`socket.create_connection` for `http.client`, checking every address the
+    host resolves to and connecting to one of those checked: resolving again
+    after the check would let a DNS answer change in between (rebinding)."""
+
+    def connect(
+        address: tuple[str, int], timeout: float | None, source: tuple[str, int] | None
+    ) -> socket.socket:
+        host, port = address
+        found = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+        for *_, sockaddr in found:
+            policy.check_address(host, str(sockaddr[0]))
+        error: OSError | None = None
+        for family, kind, proto, _, sockaddr in found:
+            sock = socket.socket(family, kind, proto)
+            try:
+                if timeout is not None:
+                    sock.settimeout(timeout)
+                if source:
+                    sock.bind(source)
+                sock.connect(sockaddr)
+            except OSError as exc:
+                sock.close()
+                error = exc
+            else:
+                return sock
+        raise error or OSError(f"{host} has no address")
+
+    return connect
+
+
+class _CheckedHTTPConnection(HTTPConnection):
+    def __init__(self, *args: Any, policy: HttpPolicy, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _checked_connection(policy)
+
+
+class _CheckedHTTPSConnection(HTTPSConnection):
+    """TLS over a checked connection; the certificate is still checked against
+    the URL's host name."""
+
+    def __init__(self, *args: Any, policy: HttpPolicy, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._create_connection = _checked_connection(policy)
+
+
+class _CheckedHTTPHandler(urllib.request.HTTPHandler):
+    def __init__(self, policy: HttpPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def http_open(self, req: urllib.request.Request) -> HTTPResponse:
+        return self.do_open(functools.partial(_CheckedHTTPConnection, policy=self.policy), req)
+
+
+class _CheckedHTTPSHandler(urllib.request.HTTPSHandler):
+    def __init__(self, policy: HttpPolicy) -> None:
+        super().__init__()
+        self.policy = policy
+
+    def https_open(self, req: urllib.request.Request) -> HTTPResponse:
+        # No context given: the connection makes the default one, which checks
+        # the certificate and the host name.
+        connection = functools.partial(_CheckedHTTPSConnection, policy=self.policy)
+        return self.do_open(connection, req)
+
+
 class _WebOnlyRedirects(urllib.request.HTTPRedirectHandler):
     """Follow redirects to http(s) only: a step asked for a web request, never a
-    file or FTP read on the runner."""
+    file or FTP read on the runner; and only to a host the policy allows, as
+    the first request was."""
+
+    def __init__(self, policy: HttpPolicy) -> None:
+        super().__init__()
+        self.policy = policy
 
     def redirect_request(
         self,
@@ -312,17 +532,21 @@ class _WebOnlyRedirects(urllib.request.HTTPRedirectHandler):
         headers: HTTPMessage,
         newurl: str,
     ) -> urllib.request.Request | None:
-        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+        try:
+            if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+                raise urllib.error.URLError(f"refusing a redirect to a non-HTTP URL ({newurl})")
+            self.policy.check_url(newurl)
+        except (urllib.error.URLError, HttpNotAllowed):
             fp.close()  # the redirect's own answer, which urllib closes only on success
-            raise urllib.error.URLError(f"refusing a redirect to a non-HTTP URL ({newurl})")
+            raise
         return super().redirect_request(req, fp, code, msg, headers, newurl)
 
 
-def _fetch(call: HttpCall) -> HttpResponse:
+def _fetch(call: HttpCall, policy: HttpPolicy) -> HttpResponse:
     """The request, blocking (run in a thread). A non-2xx answer is an answer,
     not an error: the caller checks it against the step's expectation."""
     try:
-        return _exchange(call)
+        return _exchange(call, policy)
     except (urllib.error.URLError, HTTPException, OSError, ValueError) as exc:
         reason = getattr(exc, "reason", None) or exc
         raise HttpRequestError(
@@ -331,8 +555,13 @@ def _fetch(call: HttpCall) -> HttpResponse:
         ) from None
 
 
-def _exchange(call: HttpCall) -> HttpResponse:
-    opener = urllib.request.build_opener(_WebOnlyRedirects)
+def _exchange(call: HttpCall, policy: HttpPolicy) -> HttpResponse:
+    opener = urllib.request.build_opener(
+        urllib.request.ProxyHandler({}),  # the environment's proxies: see the module's doc
+        _CheckedHTTPHandler(policy),
+        _CheckedHTTPSHandler(policy),
+        _WebOnlyRedirects(policy),
+    )
     request = urllib.request.Request(
         call.url, data=call.body, headers=call.headers, method=call.method
     )
@@ -364,12 +593,21 @@ def _response(status: int, headers: Message, stream: Any) -> HttpResponse:
     return HttpResponse(status, merged, content)
 
 
-@activity(name=HTTP_ACTIVITY, version=VERSION)
-async def http(request: Any) -> dict[str, Any]:
-    """An HTTP request; its response, or `HttpStatusError` if the status is not
-    the expected one (default: any 2xx)."""
-    call = HttpCall.from_input(request)
-    response = await _beating(_in_thread(_fetch, call))
+def http_activity(policy: HttpPolicy) -> ActivityDefinition:
+    """`weft.http` reaching what `policy` allows."""
+
+    async def http(request: Any) -> dict[str, Any]:
+        """An HTTP request; its response, or `HttpStatusError` if the status is
+        not the expected one (default: any 2xx)."""
+        call = HttpCall.from_input(request)
+        policy.check_url(call.url)
+        return await _http(call, policy)
+
+    return activity(name=HTTP_ACTIVITY, version=VERSION)(http)
+
+
+async def _http(call: HttpCall, policy: HttpPolicy) -> dict[str, Any]:
+    response = await _beating(_in_thread(lambda c: _fetch(c, policy), call))
     if not call.expects(response.status_code):
         content = _clip(response.content)
         raise HttpStatusError(
@@ -387,9 +625,66 @@ async def http(request: Any) -> dict[str, Any]:
     return response.result()
 
 
+# No host: `weft.http` off, as a runner has it by default.
+HTTP_OFF = HttpPolicy()
+http = http_activity(HTTP_OFF)
+
+
 # -- weft.shell --------------------------------------------------------------------------------
 
-_SHELL_INPUT: dict[str, Any] = {"command": None, "env": {}, "exit_code": 0}
+_SHELL_INPUT: dict[str, Any] = {"command": None, "args": [], "env": {}, "exit_code": 0}
+# `$0` of the script: what the shell names itself in its own error messages.
+SHELL_NAME = SHELL_ACTIVITY
+
+
+@dataclass(frozen=True)
+class ShellValue:
+    """A value inside a shell step's command template: it becomes an argument
+    of the script, never part of its text."""
+
+    text: str
+
+
+def shell_script(pieces: Sequence[str | ShellValue]) -> tuple[str, list[str]]:
+    """The script and its arguments for a template: literal text (the
+    definition's own shell code) and values, in order. Each value is replaced
+    by a reference to the next positional parameter, written for the quoting
+    the literal text has open at that point: `"${N}"` outside quotes, `${N}`
+    inside double quotes, `'"${N}"'` inside single quotes. A parameter's value
+    is expanded and never parsed, so whatever the value holds (`;`, `$(…)`,
+    quotes, newlines) stays data; a quote mistracked (inside `$(…)` within
+    double quotes, say) can change how a value is split, never run it."""
+    script: list[str] = []
+    args: list[str] = []
+    quote = ""  # the quote open at this point of the script: "", "'" or '"'
+    for piece in pieces:
+        if isinstance(piece, ShellValue):
+            args.append(piece.text)
+            ref = f"${{{len(args)}}}"
+            script.append({"": f'"{ref}"', '"': ref, "'": f"'\"{ref}\"'"}[quote])
+        else:
+            script.append(piece)
+            quote = _quote_after(piece, quote)
+    return "".join(script), args
+
+
+def _quote_after(text: str, quote: str) -> str:
+    """The quote open after `text`, given the one open before it (POSIX sh:
+    nothing escapes inside single quotes; a backslash escapes the next character
+    elsewhere)."""
+    escaped = False
+    for char in text:
+        if escaped:
+            escaped = False
+        elif quote == "'":
+            quote = "" if char == "'" else quote
+        elif char == "\\":
+            escaped = True
+        elif char == quote:
+            quote = ""
+        elif not quote and char in "'\"":
+            quote = char
+    return quote
 
 
 @dataclass(frozen=True)
@@ -397,6 +692,7 @@ class ShellCall:
     """A checked `weft.shell` input."""
 
     command: str
+    args: list[str]
     env: dict[str, str]
     expected: frozenset[int] | None
 
@@ -408,12 +704,20 @@ class ShellCall:
             raise InvalidInput(f"{SHELL_ACTIVITY}: command must be non-empty text")
         return cls(
             command=command,
+            args=_arguments(given["args"]),
             env=_strings(given["env"], "env"),
             expected=_expected(given["exit_code"], "exit_code"),
         )
 
     def expects(self, code: int) -> bool:
         return self.expected is None or code in self.expected
+
+
+def _arguments(value: Any) -> list[str]:
+    """The script's positional parameters: text (numbers and booleans as JSON)."""
+    if not isinstance(value, list):
+        raise InvalidInput(f"{SHELL_ACTIVITY}: args must be a list of text, not {_kind(value)}")
+    return list(_strings(dict(enumerate(value)), "args").values())
 
 
 async def _kill(proc: asyncio.subprocess.Process) -> None:
@@ -434,12 +738,17 @@ def _signal_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None
 
 @activity(name=SHELL_ACTIVITY, version=VERSION)
 async def shell(request: Any) -> dict[str, Any]:
-    """A shell command (`/bin/sh -c`) with the runner's environment plus `env`;
-    its output and exit code, or `ShellExitError` if the code is not the
-    expected one (default 0). Cancelled, it kills the command's process group."""
+    """A shell command (`/bin/sh -c COMMAND weft.shell ARGS…`) with the runner's
+    environment plus `env`; its output and exit code, or `ShellExitError` if the
+    code is not the expected one (default 0). Cancelled, it kills the command's
+    process group."""
     call = ShellCall.from_input(request)
-    proc = await asyncio.create_subprocess_shell(
+    proc = await asyncio.create_subprocess_exec(
+        "/bin/sh",
+        "-c",
         call.command,
+        SHELL_NAME,
+        *call.args,
         stdin=asyncio.subprocess.DEVNULL,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
@@ -458,6 +767,7 @@ async def shell(request: Any) -> dict[str, Any]:
             f"`{call.command}` exited with {code}; expected {_describe(call.expected)}",
             details={
                 "command": call.command,
+                **({"args": call.args} if call.args else {}),
                 "exit_code": code,
                 "stdout": _clip(stdout),
                 "stderr": _clip(stderr),
@@ -472,10 +782,12 @@ async def _shell_not_allowed(request: Any) -> None:
     )
 
 
-def builtins(*, allow_shell: bool) -> list[ActivityDefinition]:
-    """The built-in activities a runner offers: `weft.http` always; `weft.shell`
-    with `allow_shell`, else a stand-in that refuses every shell task at once."""
+def builtins(*, allow_shell: bool, allow_http: HttpPolicy = HTTP_OFF) -> list[ActivityDefinition]:
+    """The built-in activities a runner offers: `weft.http` within `allow_http`
+    (by default it refuses every task at once); `weft.shell` with `allow_shell`,
+    else a stand-in that refuses every shell task at once."""
+    web = http if allow_http == HTTP_OFF else http_activity(allow_http)
     if allow_shell:
-        return [http, shell]
+        return [web, shell]
     refuse = activity(name=SHELL_ACTIVITY, version=VERSION)(_shell_not_allowed)
-    return [http, refuse]
+    return [web, refuse]

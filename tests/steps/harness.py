@@ -19,11 +19,15 @@ from sdk import ActivityWorker, AsyncClient, DeciderWorker, Event
 from sdk.activity import ActivityDefinition
 from sdk.errors import WorkflowOutcomeError
 from tests.helpers import unique, wait_until
+from workers.builtins import HttpPolicy
 from workers.builtins import builtins as builtins_offered
 from workers.steps.definition import parse
 from workers.steps.interpreter import StepDecider, check_history
 
 WAIT = timedelta(seconds=30)
+FAST = timedelta(0)
+"""The tests' timer floor: none, so that a `sleep 10ms` takes 10 ms (a decider's
+is `limits.MIN_TIMER`)."""
 
 
 @dataclass
@@ -84,6 +88,7 @@ async def run_steps(
     builtins: bool = False,
     during: Callable[[AsyncClient, str], Awaitable[None]] | None = None,
     wait: timedelta = WAIT,
+    decider: StepDecider | None = None,
 ) -> Outcome:
     """Start the workflow, wait for its close, check its history replays."""
     task_list = unique("steps")
@@ -95,12 +100,18 @@ async def run_steps(
         default_task_list=task_list,
         definition=definition.source,
     )
-    offered = [*activities, *(builtins_offered(allow_shell=True) if builtins else ())]
+    # The tests' web servers listen on 127.0.0.1: allowed as `--allow-http 127.0.0.1` would.
+    web = HttpPolicy.of(["127.0.0.1"])
+    offered = [
+        *activities,
+        *(builtins_offered(allow_shell=True, allow_http=web) if builtins else ()),
+    ]
     # No local definitions: the interpreter reads the snapshot in WorkflowStarted.
-    decider = DeciderWorker(
+    fallback = decider or StepDecider(min_timer=FAST)
+    worker = DeciderWorker(
         client,
         deciders=[],
-        fallback=StepDecider(),
+        fallback=fallback,
         task_lists=[task_list],
         concurrency=2,
     )
@@ -109,7 +120,7 @@ async def run_steps(
         if offered
         else None
     )
-    async with decider:
+    async with worker:
         if runner is not None:
             await runner.__aenter__()
         try:
@@ -128,7 +139,7 @@ async def run_steps(
             if runner is not None:
                 await runner.__aexit__(None, None, None)
     history = await client.history(run.workflow_id)
-    check_history(definition, history, run.run_id, run.workflow_id)
+    check_history(definition, history, run.run_id, run.workflow_id, min_timer=fallback.min_timer)
     return Outcome(run.workflow_id, run.run_id, result, error, history)
 
 

@@ -13,7 +13,7 @@ import pytest
 
 from sdk import AsyncClient
 from sdk.errors import NonDeterminismError
-from tests.steps.harness import Outcome, definition_text, run_steps
+from tests.steps.harness import FAST, Outcome, definition_text, run_steps
 from workers.steps.definition import parse
 from workers.steps.interpreter import check_history
 from workers.steps.model import Definition
@@ -30,7 +30,9 @@ def definition_of(out: Outcome, yaml_text: str) -> Definition:
 
 def replay_with(out: Outcome, yaml_text: str) -> None:
     """Replay the outcome's history through another definition of the same type."""
-    check_history(definition_of(out, yaml_text), out.history, out.run_id, out.workflow_id)
+    check_history(
+        definition_of(out, yaml_text), out.history, out.run_id, out.workflow_id, min_timer=FAST
+    )
 
 
 async def test_a_different_marker_payload_is_caught(client: AsyncClient) -> None:
@@ -123,6 +125,6 @@ async def test_now_is_the_recorded_decision_time_and_replays_the_same(
             value: {started: "${started}", later: "${later}"}
         """,
     )
-    check_history(definition, out.history, out.run_id, out.workflow_id)
+    check_history(definition, out.history, out.run_id, out.workflow_id, min_timer=FAST)
     with pytest.raises(NonDeterminismError, match=r"RecordMarker 'step'.*\(variables\)"):
-        check_history(definition, moved, out.run_id, out.workflow_id)
+        check_history(definition, moved, out.run_id, out.workflow_id, min_timer=FAST)

@@ -12,7 +12,7 @@ from sdk import AsyncClient, DeciderWorker, Event
 from sdk.errors import NonDeterminismError, WorkflowOutcomeError
 from tests.helpers import unique
 from tests.steps import activities as acts
-from tests.steps.harness import definition_text, run_steps
+from tests.steps.harness import FAST, definition_text, run_steps
 from workers.steps.definition import parse
 from workers.steps.interpreter import StepDecider, check_history, replay
 
@@ -249,7 +249,9 @@ async def test_every_decision_task_decides_again_what_it_recorded(client: AsyncC
     assert len(tasks) >= 3
     for task in tasks:
         upto = [e for e in out.history if e.event_id <= task.event_id]
-        decisions = replay(definition, upto, task.event_id, out.run_id, out.workflow_id)
+        decisions = replay(
+            definition, upto, task.event_id, out.run_id, out.workflow_id, min_timer=FAST
+        )
         recorded = [
             e.type
             for e in out.history

@@ -20,16 +20,20 @@ from sdk.errors import ActivityFailure
 from tests.helpers import QuietHTTPServer, wait_until
 from workers import builtins
 from workers.builtins import (
+    HttpPolicy,
     HttpRequestError,
     HttpStatusError,
     InvalidInput,
     ShellExitError,
     ShellNotAllowed,
-    http,
+    http_activity,
     shell,
 )
 from workers.loader import LoadError
 from workers.runner import with_builtins
+
+# The local test server's host, allowed (`weft runner --allow-http 127.0.0.1`).
+http = http_activity(HttpPolicy.of(["127.0.0.1"]))
 
 
 class Handler(BaseHTTPRequestHandler):
@@ -340,7 +344,7 @@ async def test_a_command_that_ignores_sigterm_is_killed(
 async def test_without_allow_shell_a_shell_task_is_refused() -> None:
     offered = {a.name: a for a in builtins.builtins(allow_shell=False)}
     assert set(offered) == {"weft.http", "weft.shell"}
-    assert offered["weft.http"] is http
+    assert offered["weft.http"] is builtins.http
     with pytest.raises(ShellNotAllowed, match="--allow-shell") as caught:
         await offered["weft.shell"].fn({"command": "true"})
     reason, _, non_retryable = failure_of(caught.value)
@@ -355,7 +359,7 @@ def test_the_runner_adds_the_builtins_and_keeps_their_names() -> None:
     def resize(image: dict[str, Any]) -> dict[str, Any]:
         return image
 
-    names = [a.name for a in with_builtins([resize, http], allow_shell=False)]
+    names = [a.name for a in with_builtins([resize, builtins.http], allow_shell=False)]
     assert sorted(names) == ["resize", "weft.http", "weft.shell"]
 
     @activity(name="weft.http")

@@ -59,6 +59,7 @@ from workers.steps.expressions import (
     interpolate_lenient,
     loose_equals,
     text,
+    total,
     truthy,
 )
 
@@ -89,6 +90,7 @@ PRESENCE: Final[dict[str, Callable[[Any], bool]]] = {
 }
 
 
+@total
 def check(condition: Any, scope: Scope, default_target: Any = ABSENT) -> bool:
     """Whether `condition` holds; raises `ExpressionError` for a malformed
     condition, a failed `assert`, or a bad reference in an expected value."""

@@ -105,7 +105,9 @@ from yaml.constructor import SafeConstructor
 
 from sdk import retention
 from sdk.durations import parse_duration
-from workers.steps import retrying
+from workers.steps import retrying, yamlbound
+from workers.steps.expressions import check_expression
+from workers.steps.limits import MAX_EXPRESSION_CHARS
 from workers.steps.model import RESERVED_IDS, Definition, Param, Step
 
 __all__ = ["DefinitionError", "load_dir", "load_file", "parse"]
@@ -217,6 +219,11 @@ def _compose(text: str) -> tuple[yaml.Node | None, _Source]:
         line = source.text.count("\n", 0, position) + 1
         raise _Invalid(line, getattr(exc, "reason", "") or "unreadable YAML") from None
     if root is not None:
+        try:
+            # Before anything walks it: nested anchors stand for billions of nodes.
+            yamlbound.check_expansion(root)
+        except yamlbound.AliasBomb as exc:
+            raise _Invalid(exc.line, exc.message) from None
         _restore_and_check(root, source)
     return root, source
 
@@ -1144,6 +1151,12 @@ def _let(given: _Given) -> dict[str, Any]:
     # The shorthand's value is always an expression; a long-form value only
     # when it is text (a map or a number is a value as written).
     expression = "value" in given.said or isinstance(value, str)
+    if expression and isinstance(value, str):
+        # Only the bounds here: other mistakes are the step's ExpressionError,
+        # which its on-error may handle.
+        problem = check_expression(value)
+        if problem:
+            raise given.error("value", f"let {name}: {problem}")
     return {"var_type": var_type, "name": name, "value": value, "expression": expression}
 
 
@@ -1190,6 +1203,13 @@ def _ops(given: _Given) -> tuple[str, ...]:
         ops = [text[edges[i] : edges[i + 1]].strip() for i in range(0, len(edges), 2)]
     if not ops or any(not op for op in ops):
         raise given.error("ops", "transform needs operations: `VALUE | op | op`, none empty")
+    for op in ops:
+        if len(op) > MAX_EXPRESSION_CHARS:
+            raise given.error(
+                "ops",
+                f"a transform operation is {len(op)} characters long:"
+                f" the limit is {MAX_EXPRESSION_CHARS}",
+            )
     return tuple(ops)
 
 

@@ -24,9 +24,12 @@ import structlog
 
 from sdk import retention
 from sdk.durations import parse_duration
+from workers.builtins import ShellValue, shell_script
 from workers.steps import conditions, expressions, retrying, transforms
+from workers.steps.budget import Budget
 from workers.steps.errors import FlowSignal, Jump, Replay, Return, StepError
 from workers.steps.expressions import ExpressionError
+from workers.steps.limits import MAX_FOREACH_ITEMS
 from workers.steps.model import (
     COMPOUND_TYPES,
     HTTP_ACTIVITY,
@@ -76,6 +79,8 @@ class Run:
         self.generation = 0
         """Counts operator replays in the run: a path they abandoned keeps its locks."""
         self.workflow_lock = ""
+        self.budget: Budget | None = None
+        """The CPU budget of the decision task being decided, if any."""
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> Task:
         return self.scheduler.spawn(coro)
@@ -237,6 +242,8 @@ class Frame:
     def _start(self, index: int, step: Step, resumed: Entry | None) -> Entry:
         """Record the step start: key, replay-point changes, variables as at
         entry (restored when resuming) and resolved input, in a `step` marker."""
+        if self.run.budget is not None:
+            self.run.budget.check()
         self.run.starts += 1
         if self.run.starts > MAX_STARTS_PER_TASK:
             raise StepError(
@@ -441,6 +448,10 @@ class Frame:
             raise StepError("ExpressionError", _msg(exc)) from None
         except retrying.RetrySpecError as exc:
             raise StepError("ExpressionError", str(exc)) from None
+        except (ArithmeticError, RecursionError, MemoryError) as exc:
+            # A value the body computed itself (a duration, a count) out of
+            # range: the step's error like any other, never the decider's.
+            raise StepError("ExpressionError", f"{type(exc).__name__}: {exc}") from None
 
 
 async def within(
@@ -527,11 +538,11 @@ def _span(delta: timedelta) -> str:
 def _duration(value: Any, what: str) -> timedelta:
     if isinstance(value, timedelta):
         return value
-    if isinstance(value, int | float) and not isinstance(value, bool):
-        return timedelta(seconds=float(value))
     try:
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return timedelta(seconds=float(value))
         return parse_duration(str(value))
-    except ValueError as exc:
+    except (ValueError, OverflowError) as exc:
         raise StepError("ExpressionError", f"{what}: {exc}") from None
 
 
@@ -907,7 +918,7 @@ async def _run_nested(child: Frame, step: Step) -> Any:
 async def _fan_out(
     frame: Frame,
     step: Step,
-    items: list[Any],
+    items: Sequence[Any],
     frame_for: Any,
     scope: StepScope,
 ) -> tuple[Any, str | None]:
@@ -954,7 +965,7 @@ def _concurrency(value: Any, count: int) -> int:
         if text.endswith("%"):
             try:
                 return max(int(count * float(text[:-1]) / 100), 1)
-            except ValueError:
+            except (ValueError, OverflowError):
                 raise StepError("ExpressionError", f"bad concurrency {value!r}") from None
         try:
             value = int(text)
@@ -970,20 +981,30 @@ def _concurrency(value: Any, count: int) -> int:
     return limit
 
 
-_RANGE = re.compile(r"^\s*(-?\d+)\s*\.\.\s*(-?\d+)\s*$")
+_RANGE = re.compile(r"^\s*(-?\d{1,18})\s*\.\.\s*(-?\d{1,18})\s*$")
 
 
-def _items(value: Any) -> list[Any]:
+def _items(value: Any) -> Sequence[Any]:
+    """What a `foreach` (or a nested workflow's `target`) iterates: a list, a
+    map's entries, or `M..N` as a `range`, never built as a list; at most
+    MAX_FOREACH_ITEMS of them."""
+    items: Sequence[Any] | None = None
     if isinstance(value, list | tuple):
-        return list(value)
-    if isinstance(value, str):
-        match = _RANGE.match(value)
-        if match:
-            low, high = int(match.group(1)), int(match.group(2))
-            return list(range(low, high + 1))
-    if isinstance(value, dict):
-        return [{"key": k, "value": v} for k, v in value.items()]
-    raise StepError("ExpressionError", f"cannot iterate over {value!r}: give a list or M..N")
+        items = list(value)
+    elif isinstance(value, str) and (match := _RANGE.match(value)):
+        items = range(int(match.group(1)), int(match.group(2)) + 1)
+    elif isinstance(value, dict):
+        items = [{"key": k, "value": v} for k, v in value.items()]
+    if items is None:
+        shown = expressions.text(value)
+        shown = shown if len(shown) <= 60 else shown[:57] + "..."
+        raise StepError("ExpressionError", f"cannot iterate over {shown!r}: give a list or M..N")
+    if len(items) > MAX_FOREACH_ITEMS:
+        raise StepError(
+            "ExpressionError",
+            f"cannot iterate over {len(items)} items: the limit is {MAX_FOREACH_ITEMS}",
+        )
+    return items
 
 
 def _spread(variables: dict[str, Any], var: str, item: Any) -> None:
@@ -1017,7 +1038,10 @@ async def _http(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tup
 async def _shell(
     frame: Frame, step: Step, entry: Entry, scope: StepScope
 ) -> tuple[Any, str | None]:
-    payload = {"command": expressions.interpolate(step.args.get("command"), scope), **entry.input}
+    # Values travel as the script's arguments, never as its text (no injection).
+    template = expressions.pieces(str(step.args.get("command")), scope)
+    command, args = shell_script([ShellValue(t) if value else t for t, value in template])
+    payload = {"command": command, "args": args, **entry.input}
     return await _schedule(frame, step, entry, scope, SHELL_ACTIVITY, payload), None
 
 

@@ -50,6 +50,7 @@ parser: nothing is ever executed as code.
 from __future__ import annotations
 
 import copy
+import functools
 import itertools
 import json
 import math
@@ -57,18 +58,31 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Final, Protocol
+from typing import Any, Final, ParamSpec, Protocol, TypeVar
 
 import yaml
 
 from sdk.durations import parse_duration
+from workers.steps import yamlbound
+from workers.steps.limits import (
+    MAX_EXPRESSION_CHARS,
+    MAX_EXPRESSION_DEPTH,
+    MAX_INTEGER,
+    MAX_NUMBER_CHARS,
+    MAX_TEXT_CHARS,
+    MAX_VALUE_DEPTH,
+    MAX_VALUE_NODES,
+)
 
 __all__ = [
     "ABSENT",
     "TYPES",
     "ExpressionError",
+    "LimitExceeded",
     "Scope",
     "UnknownName",
+    "check_expression",
+    "check_value",
     "coerce",
     "compare",
     "evaluate",
@@ -80,6 +94,7 @@ __all__ = [
     "resolve_path",
     "text",
     "text_value",
+    "total",
     "truthy",
     "word_value",
     "words",
@@ -96,6 +111,38 @@ class ExpressionError(Exception):
 
 class UnknownName(ExpressionError):
     """A reference names nothing: `??` and condition targets treat it as absent."""
+
+
+class LimitExceeded(ExpressionError):
+    """A value or an expression is past one of the bounds of `limits`."""
+
+
+_P = ParamSpec("_P")
+_R = TypeVar("_R")
+
+
+def total(function: Callable[_P, _R]) -> Callable[_P, _R]:
+    """Make `function` total: whatever goes wrong inside it (an overflow, a
+    recursion too deep, Python's limit on long int texts, memory) comes out
+    as an `ExpressionError`, which the step's `on-error` can handle, instead of
+    escaping the interpreter and failing every decision task of the run."""
+
+    @functools.wraps(function)
+    def wrapper(*args: _P.args, **kwargs: _P.kwargs) -> _R:
+        try:
+            return function(*args, **kwargs)
+        except ExpressionError:
+            raise
+        except RecursionError:
+            raise LimitExceeded("the value or expression nests too deeply") from None
+        except MemoryError:
+            raise LimitExceeded("the value is too large to compute") from None
+        except OverflowError as exc:
+            raise ExpressionError(f"a number, duration or time is out of range: {exc}") from None
+        except Exception as exc:  # the promise: nothing but an ExpressionError leaves
+            raise ExpressionError(f"{type(exc).__name__}: {exc}") from None
+
+    return wrapper
 
 
 class Scope(Protocol):
@@ -215,6 +262,7 @@ def _step_into(value: Any, segment: str | int, where: str) -> Any:
     raise UnknownName(f"{where} is {kind}, it has no {str(segment)!r}")
 
 
+@total
 def resolve_path(path: str, scope: Scope) -> Any:
     """The value at `path`, its first name looked up in `scope` (not copied)."""
     segments = _parse_path(path)
@@ -231,6 +279,7 @@ def resolve_path(path: str, scope: Scope) -> Any:
         raise UnknownName(f"cannot resolve ${{{path}}}: {exc.message}") from None
 
 
+@total
 def get_path(value: Any, path: str) -> Any:
     """The value at `path` inside `value` (its first segment is a key of it)."""
     try:
@@ -364,6 +413,8 @@ def _interpolate_text(value: str, scope: Scope, lenient: bool) -> Any:
         except UnknownName:
             if not lenient:
                 raise
+    if sum(map(len, pieces)) > MAX_TEXT_CHARS:
+        raise LimitExceeded(f"the text gives more than {MAX_TEXT_CHARS} characters")
     return "".join(pieces)
 
 
@@ -385,16 +436,28 @@ def _interpolate_key(key: Any, scope: Scope, lenient: bool) -> Any:
     return text(_interpolate_text(key, scope, lenient)) if isinstance(key, str) else key
 
 
+@total
 def interpolate(value: Any, scope: Scope) -> Any:
     """Resolve every `${…}` in `value` (strings, and maps and lists throughout,
     keys too); an unknown name raises `UnknownName`. Tuples come back as lists."""
     return _interpolate(value, scope, lenient=False)
 
 
+@total
 def interpolate_lenient(value: Any, scope: Scope) -> Any:
     """As `interpolate`, but an unknown name is `ABSENT` when it is the whole
     value and nothing inside text: a condition's target may be missing."""
     return _interpolate(value, scope, lenient=True)
+
+
+def pieces(value: str, scope: Scope) -> list[tuple[str, bool]]:
+    """`value`'s literal text and the text of its `${…}` values, in order, each
+    marked `True` if it is a value: for a consumer that must keep them apart (a
+    shell step passes values as arguments, never as script text)."""
+    return [
+        (part, False) if isinstance(part, str) else (text(_resolve_ref(part, scope)), True)
+        for part in _parts(value)
+    ]
 
 
 def references(value: Any) -> list[str]:
@@ -502,7 +565,7 @@ _TIMESTAMP = re.compile(
 def _parse_number(value: str) -> int | float | None:
     """A number written as text (`3`, `-2.5`, `1e3`), or None."""
     stripped = value.strip()
-    if not _NUMBER.fullmatch(stripped):
+    if len(stripped) > MAX_NUMBER_CHARS or not _NUMBER.fullmatch(stripped):
         return None
     if re.fullmatch(r"-?[0-9]+", stripped):
         return int(stripped)
@@ -712,7 +775,7 @@ def _literal(word: str) -> Any:
     """A bare word that is a number, `true`, `false` or `null`, else _NOT_LITERAL."""
     if word in _LITERALS:
         return _LITERALS[word]
-    number = _parse_number(word) if _NUMBER.fullmatch(word) else None
+    number = _parse_number(word)
     return _NOT_LITERAL if number is None else number
 
 
@@ -736,12 +799,14 @@ def _joined(tokens: list[_Token], source: str, scope: Scope) -> Any:
     return "".join(pieces)
 
 
+@total
 def word_value(word: str, scope: Scope) -> Any:
     """The value of one word: quoted → its text; `${x}` → typed; a number,
     `true`, `false`, `null`; otherwise the word itself."""
     return text_value(word, scope)
 
 
+@total
 def text_value(source: str, scope: Scope) -> Any:
     """Words without operators: one word's value, or several joined as text."""
     tokens = _tokenize(source, parens=False)
@@ -789,6 +854,21 @@ class _Parser:
         self.tokens = tokens
         self.source = source
         self.pos = 0
+        self.depth = 0
+
+    def nested(self, parse: Callable[[], _Node]) -> _Node:
+        """`parse` one level deeper: the parser and the evaluator recurse per
+        level, so the levels are bounded (chains are loops and do not count)."""
+        self.depth += 1
+        if self.depth > MAX_EXPRESSION_DEPTH:
+            raise LimitExceeded(
+                f"the expression nests more than {MAX_EXPRESSION_DEPTH} levels deep"
+                " (parentheses, unary minus and '? :' count)"
+            )
+        try:
+            return parse()
+        finally:
+            self.depth -= 1
 
     def fail(self, message: str) -> ExpressionError:
         return ExpressionError(f"{message} in {self.source!r}")
@@ -816,10 +896,10 @@ class _Parser:
         test = self.default()
         if not self.take("?"):
             return test
-        then = self.ternary()
+        then = self.nested(self.ternary)
         if not self.take(":"):
             raise self.fail("missing ':' of 'condition ? a : b'")
-        return _Ternary(test, then, self.ternary())
+        return _Ternary(test, then, self.nested(self.ternary))
 
     def binary(self, ops: tuple[str, ...], operand: Callable[[], _Node]) -> _Node:
         node = operand()
@@ -853,12 +933,12 @@ class _Parser:
 
     def unary(self) -> _Node:
         if self.take("-"):
-            return _Unary(self.unary())
+            return _Unary(self.nested(self.unary))
         return self.primary()
 
     def primary(self) -> _Node:
         if self.take("("):
-            node = self.ternary()
+            node = self.nested(self.ternary)
             if not self.take(")"):
                 raise self.fail("unbalanced parentheses: missing ')'")
             return node
@@ -912,19 +992,44 @@ class _Evaluator:
         return self.binary(node)
 
     def binary(self, node: _Binary) -> Any:
-        op = node.op
-        if op == "??":
+        """A chain `a op b op c …` (left-deep in the tree) folded in a loop, so
+        a long chain never recurses once per operator."""
+        chain: list[_Binary] = []
+        leftmost: _Node = node
+        while isinstance(leftmost, _Binary):
+            chain.append(leftmost)
+            leftmost = leftmost.left
+        value, unknown = self.attempt(leftmost)
+        for link in reversed(chain):
+            if link.op == "??":
+                if unknown is not None or value is None:
+                    value, unknown = self.attempt(link.right)
+                continue
+            if unknown is not None:
+                continue  # as if raised: up to the next `??` of the chain, or out
             try:
-                left = self.run(node.left)
-            except UnknownName:
-                left = None
-            return self.run(node.right) if left is None else left
+                value = self.combine(link, value)
+            except UnknownName as exc:
+                value, unknown = None, exc
+        if unknown is not None:
+            raise unknown
+        return value
+
+    def attempt(self, node: _Node) -> tuple[Any, UnknownName | None]:
+        """The value of `node`, or the unknown name it mentions (for `??`)."""
+        try:
+            return self.run(node), None
+        except UnknownName as exc:
+            return None, exc
+
+    def combine(self, node: _Binary, left: Any) -> Any:
+        op = node.op
         if op in ("&&", "||"):
-            first = truthy(self.run(node.left))
+            first = truthy(left)
             if first == (op == "||"):
                 return first
             return truthy(self.run(node.right))
-        left, right = self.run(node.left), self.run(node.right)
+        right = self.run(node.right)
         if op == "==":
             return loose_equals(left, right)
         if op == "!=":
@@ -934,7 +1039,25 @@ class _Evaluator:
             if order is None:
                 raise ExpressionError(f"cannot compare {_describe(left)} with {_describe(right)}")
             return {"<": order < 0, "<=": order <= 0, ">": order > 0, ">=": order >= 0}[op]
-        return _ARITHMETIC[op](left, right)
+        try:
+            result = _ARITHMETIC[op](left, right)
+        except OverflowError:
+            raise LimitExceeded(
+                f"{_describe(left)} {op} {_describe(right)} is out of range"
+            ) from None
+        return _in_range(result, lambda: f"{_describe(left)} {op} {_describe(right)}")
+
+
+def _in_range(value: Any, what: Callable[[], str]) -> Any:
+    """An arithmetic result, unless it is past the bounds of numbers; `what`
+    describes the operation, for the message."""
+    if isinstance(value, bool):
+        return value
+    if isinstance(value, int) and abs(value) > MAX_INTEGER:
+        raise LimitExceeded(f"{what()} overflows: integers are limited to ±{MAX_INTEGER}")
+    if isinstance(value, float) and not math.isfinite(value):
+        raise LimitExceeded(f"{what()} overflows: the result is not a finite number")
+    return value
 
 
 def _describe(value: Any) -> str:
@@ -975,7 +1098,7 @@ def _type_error(pattern: str, left: Any, right: Any) -> ExpressionError:
 def _negate(value: Any) -> Any:
     number = _numeric(value)
     if number is not None:
-        return -number
+        return _in_range(-number, lambda: f"- {_describe(value)}")
     if isinstance(value, _Duration):
         return _Duration(-value.delta)
     raise ExpressionError(f"cannot negate {_describe(value)}")
@@ -992,7 +1115,14 @@ def _add(left: Any, right: Any) -> Any:
         if moved is not None:
             return moved
     if isinstance(left, str) or isinstance(right, str):
-        return text(left) + text(right)
+        first, second = text(left), text(right)
+        if len(first) + len(second) > MAX_TEXT_CHARS:
+            # Checked before joining: a text doubled in a loop must not reach memory.
+            raise LimitExceeded(
+                f"joining {_describe(left)} and {_describe(right)} gives more than"
+                f" {MAX_TEXT_CHARS} characters"
+            )
+        return first + second
     raise _type_error("add {a} and {b}", left, right)
 
 
@@ -1102,13 +1232,61 @@ def _plain(value: Any) -> Any:
     return copy.deepcopy(value)
 
 
+@total
 def evaluate(source: str, scope: Scope) -> Any:
     """The value of a `let` expression (see the module's docstring)."""
-    plain = _tokenize(source, parens=False)
+    plain = _tokenize(_short(source), parens=False)
     if not any(token.kind == "op" for token in plain):
-        return _plain(_joined(plain, source, scope)) if plain else source.strip()
+        return check_value(_plain(_joined(plain, source, scope))) if plain else source.strip()
     node = _Parser(_tokenize(source, parens=True), source).parse()
-    return _plain(_Evaluator(source, scope).run(node))
+    return check_value(_plain(_Evaluator(source, scope).run(node)))
+
+
+def _short(source: str) -> str:
+    if len(source) > MAX_EXPRESSION_CHARS:
+        raise LimitExceeded(
+            f"the expression is {len(source)} characters long: the limit is {MAX_EXPRESSION_CHARS}"
+        )
+    return source
+
+
+def check_expression(source: str) -> str | None:
+    """What makes `source` too long or too deep to be a `let` expression, or
+    None: the bounds a definition is checked against when it is registered.
+    Other mistakes are the step's `ExpressionError` when it runs."""
+    try:
+        plain = _tokenize(_short(source), parens=False)
+        if any(token.kind == "op" for token in plain):
+            _Parser(_tokenize(source, parens=True), source).parse()
+    except LimitExceeded as exc:
+        return exc.message
+    except ExpressionError:
+        return None
+    return None
+
+
+def check_value(value: Any) -> Any:
+    """`value`, unless it nests deeper than MAX_VALUE_DEPTH, holds more than
+    MAX_VALUE_NODES items or a text longer than MAX_TEXT_CHARS. Iterative, and
+    each shared object is counted wherever it appears, as JSON would write it."""
+    count = 0
+    pending: list[tuple[Any, int]] = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        count += 1
+        if count > MAX_VALUE_NODES:
+            raise LimitExceeded(f"the value holds more than {MAX_VALUE_NODES} items")
+        if isinstance(item, str):
+            if len(item) > MAX_TEXT_CHARS:
+                raise LimitExceeded(f"a text is longer than {MAX_TEXT_CHARS} characters")
+            continue
+        if not isinstance(item, Mapping | list | tuple):
+            continue
+        if depth > MAX_VALUE_DEPTH:
+            raise LimitExceeded(f"the value nests more than {MAX_VALUE_DEPTH} levels deep")
+        children = item.values() if isinstance(item, Mapping) else item
+        pending.extend((child, depth + 1) for child in children)
+    return value
 
 
 # -- types -------------------------------------------------------------------------------
@@ -1127,15 +1305,21 @@ _TextTimestampLoader.yaml_implicit_resolvers = {
 def _parse_yaml(source: str) -> Any:
     """The last YAML document of `source` (Brooklyn discards text before `---`)."""
     try:
-        documents = list(yaml.load_all(source, Loader=_TextTimestampLoader))
+        documents = yamlbound.load_all(source, _TextTimestampLoader)
     except yaml.YAMLError as exc:
         raise ExpressionError(f"invalid YAML: {_first_line(str(exc))}") from None
-    return documents[-1] if documents else None
+    except yamlbound.AliasBomb as exc:
+        raise LimitExceeded(f"YAML line {exc.line}: {exc.message}") from None
+    except RecursionError:
+        raise LimitExceeded("the YAML nests too deeply") from None
+    return check_value(documents[-1]) if documents else None
 
 
 def _parse_json(source: str) -> Any:
     try:
-        return json.loads(source)
+        return check_value(json.loads(source))
+    except RecursionError:
+        raise LimitExceeded("the JSON nests too deeply") from None
     except ValueError as exc:
         raise ExpressionError(f"invalid JSON: {exc}") from None
 
@@ -1146,9 +1330,10 @@ def _first_line(message: str) -> str:
 
 def _parse_structured(source: str) -> Any:
     try:
-        return json.loads(source)
+        parsed = json.loads(source)
     except ValueError:
         return _parse_yaml(source)
+    return check_value(parsed)
 
 
 def _cannot(value: Any, type_name: str, why: str = "") -> ExpressionError:
@@ -1209,6 +1394,7 @@ _CONVERTERS: Final[dict[str, Callable[[Any], Any]]] = {
 }
 
 
+@total
 def coerce(type_name: str, value: Any) -> Any:
     """`value` as `type_name` (one of TYPES). Null stays null whatever the type:
     a parameter or variable may have no value."""
@@ -1224,4 +1410,6 @@ def coerce(type_name: str, value: Any) -> Any:
     except ExpressionError as exc:
         if exc.message.startswith("cannot convert"):
             raise
-        raise _cannot(value, type_name, f": {exc.message}") from None
+        error = _cannot(value, type_name, f": {exc.message}")
+        # A bound that was hit stays a LimitExceeded: the cause is the size, not the text.
+        raise (LimitExceeded(error.message) if isinstance(exc, LimitExceeded) else error) from None

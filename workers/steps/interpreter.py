@@ -17,6 +17,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
+from datetime import timedelta
 from functools import lru_cache
 from typing import Any
 
@@ -25,8 +26,10 @@ from sdk.events import Event
 from sdk.testing import check_decisions
 from workers.steps import definition as definitions
 from workers.steps import expressions
+from workers.steps.budget import Budget, BudgetExceeded
 from workers.steps.errors import Jump, StepError
 from workers.steps.executor import Frame, Run, lock_name, record_retention, run_workflow, within
+from workers.steps.limits import DECIDE_CPU_SECONDS, MIN_TIMER
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
 from workers.steps.points import ReplayPoint
@@ -38,10 +41,21 @@ STEP_MARKER = "step"
 
 class StepDecider(Decider):
     """Decides every run whose `WorkflowStarted` carries a step definition, and
-    runs of the types in `definitions` (loaded by `weft decider --definitions`)."""
+    runs of the types in `definitions` (loaded by `weft decider --definitions`).
 
-    def __init__(self, local: Iterable[Definition] = ()) -> None:
+    `min_timer`: shorter timers are rounded up to it; `cpu_budget`: the CPU
+    seconds one decision task may use (0: no budget). See `limits`."""
+
+    def __init__(
+        self,
+        local: Iterable[Definition] = (),
+        *,
+        min_timer: timedelta = MIN_TIMER,
+        cpu_budget: float = DECIDE_CPU_SECONDS,
+    ) -> None:
         self.local = {(d.name, d.version): d for d in local}
+        self.min_timer = min_timer
+        self.cpu_budget = cpu_budget
 
     def definition_for(self, history: Sequence[Event]) -> Definition:
         if not history or history[0].type != "WorkflowStarted":
@@ -68,9 +82,23 @@ class StepDecider(Decider):
             # run instead of failing its decision tasks forever.
             task.fail("InvalidDefinition", {"type": "InvalidDefinition", "message": str(exc)})
             return
-        decisions = replay(
-            definition, task.history, task.started_event_id, task.run_id, task.workflow_id
-        )
+        budget = Budget(self.cpu_budget) if self.cpu_budget > 0 else None
+        try:
+            decisions = replay(
+                definition,
+                task.history,
+                task.started_event_id,
+                task.run_id,
+                task.workflow_id,
+                min_timer=self.min_timer,
+                budget=budget,
+            )
+        except BudgetExceeded as exc:
+            # The run fails, with why: failing only the decision task would have
+            # the next decider spend the same time on it, for ever.
+            reason = "DecisionBudgetExceeded"
+            task.fail(reason, {"type": reason, "message": str(exc)})
+            return
         task.decisions.extend(decisions)
 
 
@@ -113,10 +141,15 @@ def replay(
     started_event_id: int,
     run_id: str = "",
     workflow_id: str = "",
+    *,
+    min_timer: timedelta = MIN_TIMER,
+    budget: Budget | None = None,
 ) -> list[Decision]:
     """The decisions of the task whose `DeciderStarted` is `started_event_id`;
-    raises `NonDeterminismError` if an earlier task's recorded decisions differ."""
-    interpreter = Interpreter(definition, workflow_id, run_id)
+    raises `NonDeterminismError` if an earlier task's recorded decisions differ,
+    `BudgetExceeded` if `budget` runs out."""
+    interpreter = Interpreter(definition, workflow_id, run_id, min_timer=min_timer)
+    interpreter.run.budget = budget
     answer: list[Decision] = []
     for batch in _batches(history, started_event_id):
         current = batch.started.event_id == started_event_id
@@ -124,34 +157,84 @@ def replay(
         if current:
             answer = commands
         elif batch.completed_id is not None:
-            _check(commands, history, batch.completed_id)
+            _check(commands, history, batch.completed_id, min_timer)
     return answer
 
 
 def check_history(
-    definition: Definition, history: Sequence[Event], run_id: str = "", workflow_id: str = ""
+    definition: Definition,
+    history: Sequence[Event],
+    run_id: str = "",
+    workflow_id: str = "",
+    *,
+    min_timer: timedelta = MIN_TIMER,
 ) -> None:
     """Replay a whole recorded history and check every decision task's
     decisions against it: the determinism test of the suite."""
-    interpreter = Interpreter(definition, workflow_id, run_id)
+    interpreter = Interpreter(definition, workflow_id, run_id, min_timer=min_timer)
     for batch in _batches(history, -1):
+        if batch.completed_id is not None and _over_budget(history, batch.completed_id):
+            # The decider ran out of CPU time there: a replay cannot know it would.
+            return
         commands = interpreter.advance(batch.events, batch.started, replaying=True)
         if batch.completed_id is not None:
-            _check(commands, history, batch.completed_id)
+            _check(commands, history, batch.completed_id, min_timer)
 
 
-def _check(commands: list[Decision], history: Sequence[Event], completed_id: int) -> None:
+def _over_budget(history: Sequence[Event], completed_id: int) -> bool:
+    """Whether the task that completed at `completed_id` failed the run for its budget."""
+    return any(
+        e.type == "WorkflowFailed"
+        and e.get("decider_completed_event_id") == completed_id
+        and e.get("reason") == "DecisionBudgetExceeded"
+        for e in history
+    )
+
+
+def _check(
+    commands: list[Decision], history: Sequence[Event], completed_id: int, min_timer: timedelta
+) -> None:
     recorded = [e for e in history if e.get("decider_completed_event_id") == completed_id]
     # Deep: the step markers, timer durations and the outcome must match too.
-    check_decisions(commands, recorded, completed_id, deep=True)
+    check_decisions(
+        _floored_as_recorded(commands, recorded, min_timer), recorded, completed_id, deep=True
+    )
+
+
+def _floored_as_recorded(
+    commands: list[Decision], recorded: list[Event], min_timer: timedelta
+) -> list[Decision]:
+    """`commands`, with a timer at or under the floor taken as the one the history
+    records when that is at or under the floor too: a run recorded before the
+    floor existed (or with another floor) replays instead of failing as
+    non-deterministic. Only sleeps that short are affected; longer ones must
+    match exactly."""
+    out = list(commands)
+    for i, (command, event) in enumerate(zip(commands, recorded, strict=False)):
+        if command.kind != "StartTimer" or event.type != "TimerScheduled":
+            continue
+        made, seconds = command.attributes.get("delay"), event.get("start_to_fire_timeout")
+        if not isinstance(made, timedelta) or seconds is None:
+            continue
+        kept = timedelta(seconds=float(seconds))
+        if made != kept and made <= min_timer and kept <= min_timer:
+            out[i] = Decision(command.kind, {**command.attributes, "delay": kept})
+    return out
 
 
 class Interpreter:
     """The steps of one run, advanced decision task by decision task."""
 
-    def __init__(self, definition: Definition, workflow_id: str, run_id: str) -> None:
+    def __init__(
+        self,
+        definition: Definition,
+        workflow_id: str,
+        run_id: str,
+        *,
+        min_timer: timedelta = MIN_TIMER,
+    ) -> None:
         self.definition = definition
-        self.ops = RunOperations(workflow_id, run_id)
+        self.ops = RunOperations(workflow_id, run_id, min_timer)
         self.scheduler = Scheduler()
         self.run = Run(definition, self.ops, self.scheduler)
         self.main: Task | None = None
@@ -167,7 +250,10 @@ class Interpreter:
         ops.now = started.timestamp
         ops.replaying = replaying
         self.run.starts = 0
+        budget = self.run.budget
         for event in events:
+            if budget is not None:
+                budget.check()
             if event.type == "WorkflowStarted":
                 self._start(event)
             elif event.type == "WorkflowCancelRequested" and self.main is not None:
@@ -177,6 +263,9 @@ class Interpreter:
             else:
                 ops.deliver(event)
         self.scheduler.run()
+        if budget is not None and budget.exceeded:
+            # Raised inside a step, it may have ended in a future nobody awaits.
+            budget.check()
         commands = ops.take_commands()
         if self.main is not None and self.main.done:
             commands.append(self._close_decision(self.main))

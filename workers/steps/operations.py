@@ -26,9 +26,13 @@ log = structlog.get_logger("weft.steps")
 class RunOperations:
     """Futures for the run's activities, timers and signals, fed by events."""
 
-    def __init__(self, workflow_id: str, run_id: str) -> None:
+    def __init__(
+        self, workflow_id: str, run_id: str, min_timer: timedelta = timedelta(milliseconds=1)
+    ) -> None:
         self.workflow_id = workflow_id
         self.run_id = run_id
+        self.min_timer = max(min_timer, timedelta(milliseconds=1))
+        """Shorter timers are rounded up to this (`limits.MIN_TIMER` in a decider)."""
         self.now = datetime.min
         self.replaying = True
         self.commands: list[Decision] = []
@@ -91,7 +95,7 @@ class RunOperations:
     def timer(self, timer_id: str, delay: timedelta) -> Future:
         future = Future(on_cancel=lambda: self.command("CancelTimer", timer_id=timer_id))
         self._timers[timer_id] = future
-        self.command("StartTimer", timer_id=timer_id, delay=max(delay, timedelta(milliseconds=1)))
+        self.command("StartTimer", timer_id=timer_id, delay=max(delay, self.min_timer))
         return future
 
     def signal(self, name: str) -> Future:

@@ -43,16 +43,20 @@ import yaml
 from workers.steps.expressions import (
     TYPES,
     ExpressionError,
+    LimitExceeded,
     Scope,
     UnknownName,
+    check_value,
     coerce,
     compare,
     get_path,
     text,
     text_value,
+    total,
     word_value,
     words,
 )
+from workers.steps.limits import MAX_EXPRESSION_CHARS, MAX_TEXT_CHARS
 
 __all__ = ["OPERATIONS", "apply", "validate_op"]
 
@@ -81,9 +85,16 @@ def _split(op: str) -> tuple[str, str]:
     return name.lower(), rest.strip()
 
 
+@total
 def apply(value: Any, ops: Sequence[str], scope: Scope) -> Any:
-    """`value` passed through each operation in turn."""
+    """`value` passed through each operation in turn; each result is checked
+    against the bounds of values (`check_value`)."""
     for op in ops:
+        if len(op) > MAX_EXPRESSION_CHARS:
+            raise LimitExceeded(
+                f"a transform operation is {len(op)} characters long:"
+                f" the limit is {MAX_EXPRESSION_CHARS}"
+            )
         name, rest = _split(op)
         spec = OPERATIONS.get(name)
         if spec is None:
@@ -92,7 +103,7 @@ def apply(value: Any, ops: Sequence[str], scope: Scope) -> Any:
             problem = spec.check(rest)
             if problem:
                 raise ExpressionError(problem)
-            value = spec.run(value, _Call(name, rest, tuple(words(rest)), scope))
+            value = check_value(spec.run(value, _Call(name, rest, tuple(words(rest)), scope)))
         except ExpressionError as exc:
             # Keep the class: an unknown name stays an UnknownName.
             raise type(exc)(f"transform {op.strip()!r}: {exc.message}") from None
@@ -339,11 +350,39 @@ def _replace(value: Any, call: _Call) -> Any:
     mode = args[1] if count == 0 else args[0]
     pattern, replacement = (text(word_value(word, call.scope)) for word in args[-2:])
     if mode == "literal":
+        found = source.count(pattern) if count == 0 else min(source.count(pattern), 1)
+        if pattern:
+            # Sized before replacing: a long replacement times many matches
+            # would otherwise be built in full.
+            _bounded(len(source) + found * (len(replacement) - len(pattern)))
         return source.replace(pattern, replacement, -1 if count == 0 else 1)
     try:
-        return re.sub(pattern, replacement, source, count=count)
+        return _regex_replace(re.compile(pattern), replacement, source, count)
     except (re.error, IndexError) as exc:
         raise call.fail(f"invalid pattern or replacement: {exc}") from None
+
+
+def _bounded(size: int) -> None:
+    if size > MAX_TEXT_CHARS:
+        raise LimitExceeded(f"the result would be longer than {MAX_TEXT_CHARS} characters")
+
+
+def _regex_replace(pattern: re.Pattern[str], replacement: str, source: str, count: int) -> str:
+    """`re.sub`, with the result's length counted as it is built."""
+    pieces: list[str] = []
+    size, last = 0, 0
+    for number, match in enumerate(pattern.finditer(source)):
+        if count and number >= count:
+            break
+        piece = match.expand(replacement)
+        size += match.start() - last + len(piece)
+        _bounded(size)
+        pieces.append(source[last : match.start()])
+        pieces.append(piece)
+        last = match.end()
+    pieces.append(source[last:])
+    _bounded(size + len(source) - last)
+    return "".join(pieces)
 
 
 def _to_type(value: Any, call: _Call) -> Any:
