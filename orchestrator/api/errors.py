@@ -12,9 +12,10 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from orchestrator.engine.errors import EngineError
+from orchestrator.engine.errors import EngineError, InvalidArgument
 
 from . import validate
+from .handlers import MalformedRequest
 
 log = structlog.get_logger("weft.api")
 R = TypeVar("R")
@@ -28,6 +29,10 @@ def grpc_errors(
         started = time.perf_counter()
         code = "OK"
         try:
+            if isinstance(request, MalformedRequest):
+                raise InvalidArgument(
+                    f"the request is not a valid {request.message}: {request.error}"
+                )
             validate.request(request, self._settings.limits)
             return await method(self, request, context)
         except EngineError as exc:
@@ -51,8 +56,6 @@ def grpc_errors(
             )
             raise
         finally:
-            self.metrics.rpc_seconds.labels(method.__name__, code).observe(
-                time.perf_counter() - started
-            )
+            self.metrics.rpc(method.__name__, code).observe(time.perf_counter() - started)
 
     return wrapper

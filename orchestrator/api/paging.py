@@ -14,10 +14,11 @@ def encode(*fields: Any) -> bytes:
 
 # Tokens this service writes are a few ids long; anything much longer is not one.
 MAX_TOKEN_BYTES = 4096
+MAX_CURSOR_INT = 2**63 - 1
 
 
 def decode(raw: bytes, types: tuple[type, ...]) -> list[Any]:
-    """The token's fields, each checked against its expected type (ints must be >= 0)."""
+    """The token's fields, each checked against its expected type (ints within 0..int64)."""
     fields = None
     if len(raw) <= MAX_TOKEN_BYTES:
         try:
@@ -30,6 +31,8 @@ def decode(raw: bytes, types: tuple[type, ...]) -> list[Any]:
         # bool is an int to Python, never to us.
         if not isinstance(value, kind) or isinstance(value, bool):
             raise InvalidArgument("next_page_token is malformed")
-        if isinstance(value, int) and value < 0:
+        # Event ids are BIGINT columns: a number past them is no cursor of ours,
+        # and the database would refuse it with an error of its own.
+        if isinstance(value, int) and not 0 <= value <= MAX_CURSOR_INT:
             raise InvalidArgument("next_page_token is malformed")
     return fields

@@ -161,13 +161,21 @@ class TaskService(ServiceBase):
             first_event_id=first,
         )
 
-    async def _answer(self, req: Any, kind: str, fn: Callable[[Transition, TaskToken], R]) -> R:
-        """A worker's answer to its task: check the token, then apply `fn` to the run it names.
+    async def _answer(
+        self,
+        req: Any,
+        kind: str,
+        fn: Callable[[Transition, TaskToken], R],
+        token: TaskToken | None = None,
+    ) -> R:
+        """A worker's answer to its task: check the token (unless decoded already),
+        then apply `fn` to the run it names.
 
         The token is signed, so the run it names is the one we handed out; if
         that task is over, the engine says NOT_FOUND and nothing is appended.
         """
-        token = self._tokens.decode(req.task_token, kind)
+        if token is None:
+            token = self._tokens.decode(req.task_token, kind)
         result: R = await self._store.transact(token.key.run_id, lambda t: fn(t, token))
         return result
 
@@ -180,7 +188,8 @@ class TaskService(ServiceBase):
             for d in req.decisions
             if d.WhichOneof("attributes") == "schedule_activity"
         }
-        run = self._tokens.decode(req.task_token, DECISION).key
+        decoded = self._tokens.decode(req.task_token, DECISION)
+        run = decoded.key
         namespace = run.namespace
         registered = await self._store.registered_types("activity", namespace, wanted)
         context = DecisionContext(
@@ -206,6 +215,7 @@ class TaskService(ServiceBase):
             lambda t, token: complete_decision_task(
                 t, token, req.decisions, req.identity, context, req.cache_id
             ),
+            decoded,
         )
         return s.RespondDecisionTaskCompletedResponse()
 

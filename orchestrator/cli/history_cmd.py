@@ -2,14 +2,20 @@
 
 from __future__ import annotations
 
-import json
 from collections.abc import Iterable
 
 import click
 
 from orchestrator.cli.client import connect
 from orchestrator.cli.errors import reports_errors
-from orchestrator.cli.output import HISTORY_HEADERS, history_row, print_json, table
+from orchestrator.cli.output import (
+    HISTORY_HEADERS,
+    echo,
+    history_row,
+    json_text,
+    print_json,
+    table,
+)
 from orchestrator.cli.params import json_option, server_options
 from sdk.events import Event
 
@@ -40,9 +46,9 @@ def history(
             print_json({"workflow_id": workflow_id, "run_id": run_id, "events": doc})
         elif as_json:
             for event in events:
-                click.echo(json.dumps(event.to_json(), ensure_ascii=False))
+                click.echo(json_text(event.to_json()))
         elif not follow:
-            click.echo(table(HISTORY_HEADERS, [history_row(e) for e in events]))
+            echo(table(HISTORY_HEADERS, [history_row(e) for e in events]))
         else:
             _stream(events)
 
@@ -50,8 +56,8 @@ def history(
 def _stream(events: Iterable[Event]) -> None:
     """Rows as they come: fixed column widths, since later rows are not known yet."""
     widths = (5, 12, 24)
-    click.echo("  ".join(h.ljust(w) for h, w in zip(HISTORY_HEADERS, (*widths, 0), strict=True)))
+    echo("  ".join(h.ljust(w) for h, w in zip(HISTORY_HEADERS, (*widths, 0), strict=True)))
     for event in events:
         row = history_row(event)
         cells = [cell.ljust(w) for cell, w in zip(row, (*widths, 0), strict=True)]
-        click.echo("  ".join(cells).rstrip())
+        echo("  ".join(cells).rstrip())

@@ -1,8 +1,14 @@
-"""How the client commands print: aligned tables for people, JSON for scripts."""
+"""How the client commands print: aligned tables for people, JSON for scripts.
+
+Whatever they print passes through here, and here only, control characters in
+it are written as escapes (`\\x1b`): ids, names, payloads and messages are
+anybody's text, and an escape sequence in them must never reach the terminal
+(to retitle the window, move the cursor, rewrite what was printed above…)."""
 
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -17,11 +23,38 @@ CELL = 60
 LINE = 160
 
 
+# C0 controls (newline and tab aside: they are layout), DEL and the C1 controls
+# (0x9b alone starts a sequence on some terminals).
+_CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+# The same and newline and tab, for text that must stay on one line (a cell).
+_CONTROL_IN_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+# What `json.dumps` leaves raw: it escapes C0 controls itself.
+_CONTROL_IN_JSON = re.compile(r"[\x7f-\x9f]")
+
+
+def printable(text: str, *, one_line: bool = False) -> str:
+    """`text` with its control characters written as `\\xNN`."""
+    pattern = _CONTROL_IN_LINE if one_line else _CONTROL
+    return pattern.sub(lambda m: f"\\x{ord(m.group()):02x}", text)
+
+
+def echo(text: str) -> None:
+    """Print a line of output for people."""
+    click.echo(printable(text))
+
+
+def json_text(doc: Any, indent: int | None = None) -> str:
+    """`doc` as JSON with no control character raw (the same document)."""
+    text = json.dumps(doc, indent=indent, ensure_ascii=False, default=str)
+    return _CONTROL_IN_JSON.sub(lambda m: f"\\u{ord(m.group()):04x}", text)
+
+
 def print_json(doc: Any) -> None:
-    click.echo(json.dumps(doc, indent=2, ensure_ascii=False, default=str))
+    click.echo(json_text(doc, indent=2))
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[str]]) -> str:
+    rows = [[printable(cell, one_line=True) for cell in row] for row in rows]
     widths = [len(h) for h in headers]
     for row in rows:
         widths = [max(w, len(cell)) for w, cell in zip(widths, row, strict=True)]
@@ -81,4 +114,5 @@ HISTORY_HEADERS = ("ID", "TIME", "TYPE", "DETAILS")
 
 
 def history_row(event: Event) -> tuple[str, str, str, str]:
-    return (str(event.event_id), clock(event.timestamp), event.type, summary(event))
+    row = (str(event.event_id), clock(event.timestamp), event.type, summary(event))
+    return (row[0], row[1], printable(row[2], one_line=True), printable(row[3], one_line=True))

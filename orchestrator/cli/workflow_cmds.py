@@ -10,7 +10,7 @@ import click
 from orchestrator.cli.client import connect
 from orchestrator.cli.errors import EXIT_FAILED, reports_errors
 from orchestrator.cli.history_cmd import history
-from orchestrator.cli.output import compact, moment, print_json, span, table
+from orchestrator.cli.output import compact, echo, moment, print_json, span, table
 from orchestrator.cli.params import DURATION, JSON, json_option, server_options
 from orchestrator.cli.register_cmd import register
 from sdk.errors import (
@@ -66,7 +66,7 @@ def start(
             _show(doc, as_json)
             return
         if not as_json:
-            click.echo(f"workflow_id  {run.workflow_id}\nrun_id       {run.run_id}")
+            echo(f"workflow_id  {run.workflow_id}\nrun_id       {run.run_id}")
         try:
             result = client.result(run.workflow_id, run_id=run.run_id, timeout=wait_timeout)
         except WorkflowOutcomeError as exc:
@@ -79,7 +79,7 @@ def start(
         if as_json:
             print_json(doc | {"status": "completed", "result": result})
         else:
-            click.echo(f"result       {compact(result, 10_000)}")
+            echo(f"result       {compact(result, 10_000)}")
 
 
 _OUTCOME_STATUS: dict[type[WorkflowOutcomeError], str] = {
@@ -94,7 +94,7 @@ def _show(doc: dict[str, Any], as_json: bool) -> None:
     if as_json:
         print_json(doc)
     else:
-        click.echo(f"workflow_id  {doc['workflow_id']}\nrun_id       {doc['run_id']}")
+        echo(f"workflow_id  {doc['workflow_id']}\nrun_id       {doc['run_id']}")
 
 
 @click.command()
@@ -117,7 +117,7 @@ def signal(
     """Send the signal NAME to a workflow."""
     with connect(address, namespace) as client:
         client.signal(workflow_id, name, input_, run_id=run_id, request_id=request_id)
-    click.echo(f"signaled {workflow_id}: {name}")
+    echo(f"signaled {workflow_id}: {name}")
 
 
 @click.command()
@@ -130,7 +130,7 @@ def cancel(workflow_id: str, run_id: str, reason: str, address: str, namespace: 
     """Ask a workflow's decider to cancel it."""
     with connect(address, namespace) as client:
         client.cancel(workflow_id, run_id=run_id, reason=reason)
-    click.echo(f"cancel requested: {workflow_id}")
+    echo(f"cancel requested: {workflow_id}")
 
 
 @click.command()
@@ -143,7 +143,7 @@ def terminate(workflow_id: str, run_id: str, reason: str, address: str, namespac
     """Close a workflow at once, without asking its decider."""
     with connect(address, namespace) as client:
         client.terminate(workflow_id, run_id=run_id, reason=reason)
-    click.echo(f"terminated: {workflow_id}")
+    echo(f"terminated: {workflow_id}")
 
 
 @click.command()
@@ -159,7 +159,7 @@ def describe(workflow_id: str, run_id: str, address: str, namespace: str, as_jso
     if as_json:
         print_json(found.to_json())
     else:
-        click.echo(_description(found))
+        echo(_description(found))
 
 
 def _description(d: WorkflowDescription) -> str:
@@ -241,7 +241,7 @@ def list_(
         print_json({"executions": [r.to_json() for r in runs]})
         return
     if not runs:
-        click.echo("no workflows")
+        echo("no workflows")
         return
     rows = [
         (
@@ -254,7 +254,7 @@ def list_(
         )
         for r in runs
     ]
-    click.echo(table(("WORKFLOW ID", "RUN ID", "TYPE", "STATUS", "STARTED", "CLOSED"), rows))
+    echo(table(("WORKFLOW ID", "RUN ID", "TYPE", "STATUS", "STARTED", "CLOSED"), rows))
 
 
 COMMANDS = (start, signal, cancel, terminate, describe, history, list_, register)
