@@ -56,7 +56,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     else:
         pgdb.recreate(args.postgres, DATABASE)
         db_url = pgdb.url(args.postgres, DATABASE)
-    node = await WeftNode.start("hotpath", db_url, log_dir, "warning")
+    node = await WeftNode.start("hotpath", db_url, log_dir, "warning", args.server_workers)
     completions = await Completions.open()
 
     async def batch(workflows: int, prefix: str) -> float:
@@ -74,10 +74,13 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
 
     try:
         await batch(max(4, args.workflows // 5), "warm")
-        spy = _start_py_spy(node.server.pid, log_dir) if args.py_spy else None
+        target = {"server": node.server, "decider": node.decider, "runner": node.runner}
+        spy = _start_py_spy(target[args.py_spy].pid, log_dir) if args.py_spy else None
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
+        decider0, runner0 = node.decider.cpu(), node.runner.cpu()
         seconds = await batch(args.workflows, "timed")
         cpu = node.server.cpu() - cpu0
+        decider_cpu, runner_cpu = node.decider.cpu() - decider0, node.runner.cpu() - runner0
         counts = node.server.counts() - counts0
         await asyncio.sleep(1.2)  # PostgreSQL publishes its counters about every second
         xacts = _xacts(args, db_url) - xacts0
@@ -93,6 +96,8 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "seconds": seconds,
         "counts": counts,
         "cpu": cpu,
+        "decider_cpu": decider_cpu,
+        "runner_cpu": runner_cpu,
         "xacts": xacts,
         "spy": spy_out,
     }
@@ -110,7 +115,7 @@ def _xacts(args: argparse.Namespace, db_url: str) -> float:
 
 
 def _start_py_spy(pid: int, log_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    exe = shutil.which("py-spy") or str(Path(REPO / ".venv/bin/py-spy"))
+    exe = shutil.which("py-spy") or str(REPO / ".venv/bin/py-spy")
     out = log_dir / "server.folded"
     proc = subprocess.Popen(
         [exe, "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(out), "--nonblocking"],
@@ -154,6 +159,8 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
         f" {args.workflows} workflows x {args.steps} activities:"
         f" {acts / result['seconds']:.0f} activities/s",
         f"server CPU per activity      {result['cpu'] / acts * 1000:8.2f} ms",
+        f"decider CPU per activity     {result['decider_cpu'] / acts * 1000:8.2f} ms",
+        f"runner CPU per activity      {result['runner_cpu'] / acts * 1000:8.2f} ms",
         f"RPCs per activity            {sum(counts.rpcs.values()) / acts:8.2f}",
     ]
     for method, n in sorted(counts.rpcs.items(), key=lambda kv: -kv[1]):
@@ -167,7 +174,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     spy = result["spy"]
     if spy:
         total = sum(spy["layers"].values()) or 1
-        lines += ["", "server samples by layer (innermost known frame):"]
+        lines += ["", f"{args.py_spy} samples by layer (innermost known frame):"]
         for name, n in spy["layers"].most_common():
             lines.append(f"  {name:<20}{100 * n / total:6.1f} %")
         lines += ["", "top functions (own samples):"]
@@ -184,7 +191,14 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--steps", type=int, default=5)
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--sqlite", action="store_true", help="profile on SQLite instead")
-    parser.add_argument("--py-spy", action="store_true", help="sample the server with py-spy")
+    parser.add_argument("--server-workers", type=int, default=1, help="weft server --workers N")
+    parser.add_argument(
+        "--py-spy",
+        nargs="?",
+        const="server",
+        choices=("server", "decider", "runner"),
+        help="sample this process (default: the server) with py-spy",
+    )
     args = parser.parse_args(argv)
     with tempfile.TemporaryDirectory(prefix="weft-hotpath-") as tmp:
         log_dir = Path(tmp) if not args.py_spy else Path(tempfile.mkdtemp(prefix="weft-spy-"))

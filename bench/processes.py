@@ -20,7 +20,7 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
-from bench.procstat import cpu_seconds
+from bench.procstat import cpu_seconds, tree_cpu_seconds
 
 PYTHON = sys.executable
 WEFT = str(Path(PYTHON).parent / "weft")
@@ -32,6 +32,20 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def free_ports(n: int) -> int:
+    """The first of `n` consecutive free ports."""
+    for _ in range(100):
+        first = free_port()
+        try:
+            for port in range(first + 1, first + n):
+                with socket.socket() as sock:
+                    sock.bind(("127.0.0.1", port))
+        except OSError:
+            continue
+        return first
+    raise RuntimeError(f"no {n} consecutive free ports")
 
 
 class Process:
@@ -102,7 +116,9 @@ class WeftServer(Process):
         self, name: str, db_url: str, log_dir: Path, log_level: str, extra: tuple[str, ...] = ()
     ) -> None:
         self.port = free_port()
-        self.metrics_port = free_port()
+        self.workers = int(extra[extra.index("--workers") + 1]) if "--workers" in extra else 1
+        # The workers of `--workers N` serve metrics on this port and the next N - 1.
+        self.metrics_port = free_ports(self.workers)
         super().__init__(
             name,
             [
@@ -121,11 +137,17 @@ class WeftServer(Process):
             log_dir,
         )
 
+    def cpu(self) -> float:
+        return tree_cpu_seconds(self.pid)
+
     def counts(self) -> Counts:
-        """The server's own counters so far: RPCs by method, SQL statements, transactions."""
-        url = f"http://127.0.0.1:{self.metrics_port}/metrics"
-        with urllib.request.urlopen(url, timeout=10) as resp:
-            return Counts.parse(resp.read().decode())
+        """The server's own counters so far (summed over its workers): RPCs by
+        method, SQL statements, transactions."""
+        total = Counts()
+        for port in range(self.metrics_port, self.metrics_port + self.workers):
+            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+                total = total + Counts.parse(resp.read().decode())
+        return total
 
     @property
     def address(self) -> str:
@@ -167,6 +189,14 @@ class Counts:
             elif line.startswith("weft_db_transactions_total "):
                 out.transactions = float(line.split()[1])
         return out
+
+    def __add__(self, other: Counts) -> Counts:
+        rpcs = dict(self.rpcs)
+        for method, n in other.rpcs.items():
+            rpcs[method] = rpcs.get(method, 0.0) + n
+        return Counts(
+            rpcs, self.statements + other.statements, self.transactions + other.transactions
+        )
 
     def __sub__(self, earlier: Counts) -> Counts:
         rpcs = {m: n - earlier.rpcs.get(m, 0.0) for m, n in self.rpcs.items()}

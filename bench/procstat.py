@@ -20,6 +20,28 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / CLOCK_TICKS
 
 
+def children(pid: int) -> list[int]:
+    out: list[int] = []
+    for task in Path(f"/proc/{pid}/task").iterdir():
+        try:
+            out += [int(c) for c in (task / "children").read_text().split()]
+        except FileNotFoundError:
+            continue
+    return out
+
+
+def tree_cpu_seconds(pid: int) -> float:
+    """`cpu_seconds` of `pid` and of its children alive now (the workers of a
+    `weft server --workers N`)."""
+    total = cpu_seconds(pid)
+    for child in children(pid):
+        try:
+            total += cpu_seconds(child)
+        except FileNotFoundError:
+            continue
+    return total
+
+
 def machine() -> dict[str, object]:
     """What the numbers were measured on."""
     model = ""

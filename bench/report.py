@@ -95,6 +95,7 @@ def render(doc: dict[str, Any]) -> str:
     parts += _dispatch(scenarios.get("dispatch"))
     parts += _steps(scenarios.get("steps"))
     parts += _sqlite(scenarios.get("sqlite"))
+    parts += _two_nodes(scenarios.get("two_nodes"))
     rows = [
         [t["target"], num(t["median"], 2), t["goal"], "met" if t["met"] else "NOT met"]
         for t in doc["targets"]
@@ -322,3 +323,31 @@ def _sqlite(result: dict[str, Any] | None) -> list[str]:
         "act→next p50",
     ]
     return ["", title, table(headers, rows)]
+
+
+def _two_nodes(result: dict[str, Any] | None) -> list[str]:
+    title = "More than one server process on one PostgreSQL database"
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    w = result["server_workers"]
+    rows = [
+        [
+            label,
+            fmt(w[f"{key}.activities_per_s"]),
+            fmt(w[f"{key}.server_cpu_per_activity_ms"], 2),
+            fmt(w[f"{key}.server_cpu_cores"], 2),
+            fmt(w[f"{key}.transactions_per_activity"], 1),
+        ]
+        for label, key in (("1 process", "one_process"), ("--workers 2", "two_processes"))
+    ]
+    headers = ["server", "act/s", "server CPU ms/act", "server cores", "transactions/act"]
+    return [
+        "",
+        title,
+        f"result() through a second node returns {fmt(result['result_after_close_ms'], 1)} ms"
+        " after the close (server clock)",
+        f"Throughput at {w['inflight']} in flight, two processes ÷ one:"
+        f" {fmt(w['ratio.two_over_one_activities_per_s'], 2)}",
+        table(headers, rows),
+    ]

@@ -28,10 +28,14 @@ class WeftNode:
     decider: Process
     runner: Process
     client: AsyncClient
+    db_url: str
 
     @classmethod
-    async def start(cls, name: str, db_url: str, log_dir: Path, log_level: str) -> WeftNode:
-        server = WeftServer(f"{name}-server", db_url, log_dir, log_level)
+    async def start(
+        cls, name: str, db_url: str, log_dir: Path, log_level: str, server_workers: int = 1
+    ) -> WeftNode:
+        extra = ("--workers", str(server_workers)) if server_workers > 1 else ()
+        server = WeftServer(f"{name}-server", db_url, log_dir, log_level, extra)
         server.start()
         await server.wait_serving()
         common = ["--task-list", TASK_LIST, "bench.workload"]
@@ -52,7 +56,7 @@ class WeftNode:
             log_level,
         ).start()
         client = AsyncClient(server.address, identity="bench-driver", retry=RetryPolicy())
-        return cls(server, decider, runner, client)
+        return cls(server, decider, runner, client, db_url)
 
     def workers_cpu(self) -> float:
         return self.decider.cpu() + self.runner.cpu()
@@ -77,4 +81,5 @@ class Rig:
     echo_address: str
     peer: DbosPeer
     append_url: str
+    admin_url: str
     completions: Completions

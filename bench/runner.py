@@ -30,7 +30,7 @@ from bench.procstat import machine
 from bench.profile import FULL, QUICK, Profile
 from bench.report import render, targets
 from bench.rig import Rig, WeftNode
-from bench.scenarios import dispatch, growth, side_by_side, sqlite, steps
+from bench.scenarios import dispatch, growth, side_by_side, sqlite, steps, two_nodes
 
 RESULTS = REPO / "bench" / "results"
 WEFT_DB, DBOS_DB, APPEND_DB = "weft_bench", "dbos_bench", "bench_append"
@@ -42,6 +42,7 @@ SCENARIOS: dict[str, Scenario] = {
     "dispatch": dispatch.run,
     "steps": steps.run,
     "sqlite": sqlite.run,
+    "two_nodes": two_nodes.run,
 }
 
 
@@ -107,6 +108,7 @@ async def run(profile: Profile, admin_url: str, only: list[str], log_level: str)
             echo_address=f"127.0.0.1:{echo_port}",
             peer=peer,
             append_url=append_url,
+            admin_url=admin_url,
             completions=await Completions.open(),
         )
         for name, scenario in SCENARIOS.items():

@@ -42,6 +42,7 @@ class Chain(Decider):
 
     workflow_type = "bench-chain"
     task_list = TASK_LIST
+    blocking = False  # a few dict lookups: no need for a thread
 
     def decide(self, task: DecisionTask) -> None:
         config = task.input
@@ -68,6 +69,7 @@ class Dispatch(Decider):
 
     workflow_type = "bench-dispatch"
     task_list = TASK_LIST
+    blocking = False
 
     def decide(self, task: DecisionTask) -> None:
         if task.signals("stop"):

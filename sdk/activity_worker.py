@@ -97,8 +97,10 @@ class ActivityWorker(Worker):
             # stopped; do not wait for them.
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _poll(self, task_list: str) -> tuple[str, s.PollForActivityTaskResponse] | None:
-        resp: s.PollForActivityTaskResponse = await self.client.rpc(
+    async def _poll(
+        self, task_list: str, connection: AsyncClient
+    ) -> tuple[str, s.PollForActivityTaskResponse] | None:
+        resp: s.PollForActivityTaskResponse = await connection.rpc(
             "PollForActivityTask",
             s.PollForActivityTaskRequest(
                 namespace=self.client.namespace, task_list=task_list, identity=self.identity

@@ -54,12 +54,16 @@ class Decider:
     """Subclass it, name the workflow type, and write `decide`.
 
     `task_list` is where the type's decision tasks wait when the process is not
-    told otherwise (`weft decider --task-list`). `decide` may be `async`.
+    told otherwise (`weft decider --task-list`). `decide` may be `async`. A sync
+    `decide` runs in the worker's thread pool, so a slow one cannot stall the
+    worker's polls; one that is quick and never blocks may set `blocking = False`
+    to run on the worker's loop and save the hop to a thread.
     """
 
     workflow_type: ClassVar[str] = ""
     workflow_version: ClassVar[str] = ""
     task_list: ClassVar[str] = ""
+    blocking: ClassVar[bool] = True
 
     @classmethod
     def type_name(cls) -> str:

@@ -164,8 +164,10 @@ class DeciderWorker(Worker):
         step definition)."""
         return self.deciders.get((name, version)) or self.deciders.get((name, "")) or self.fallback
 
-    async def _poll(self, task_list: str) -> s.PollForDecisionTaskResponse | None:
-        resp: s.PollForDecisionTaskResponse = await self.client.rpc(
+    async def _poll(
+        self, task_list: str, connection: AsyncClient
+    ) -> s.PollForDecisionTaskResponse | None:
+        resp: s.PollForDecisionTaskResponse = await connection.rpc(
             "PollForDecisionTask",
             s.PollForDecisionTaskRequest(
                 namespace=self.client.namespace,
@@ -358,8 +360,11 @@ async def run_decider(
     decider: Decider, task: DecisionTask, pool: ThreadPoolExecutor | None = None
 ) -> None:
     """Call `decide`: async ones on the loop, sync ones in a thread (a slow decider
-    must not stall the worker's other polls)."""
+    must not stall the worker's other polls) unless the decider says it never
+    blocks (`Decider.blocking = False`)."""
     if inspect.iscoroutinefunction(decider.decide):
         await decider.decide(task)  # type: ignore[misc,unused-ignore]
+    elif not decider.blocking:
+        decider.decide(task)
     else:
         await asyncio.get_running_loop().run_in_executor(pool, decider.decide, task)

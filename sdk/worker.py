@@ -29,7 +29,8 @@ DEFAULT_GRACE = timedelta(seconds=30)
 # After a failed poll (server unreachable past the client's retry budget, or a
 # refusal), wait this long before polling again.
 POLL_BACKOFF = 1.0
-MAX_DEFAULT_POLLERS = 8
+MAX_DEFAULT_POLLERS = 16
+POLL_CONNECTIONS = 4
 
 
 class Worker:
@@ -112,10 +113,15 @@ class Worker:
             return
         slots = asyncio.Semaphore(self.concurrency)
         in_flight: set[asyncio.Task[None]] = set()
+        # Polls go over a few connections of their own: a server of several
+        # processes on one port then has polls of this worker waiting in each.
+        loops = [task_list for task_list in self.task_lists for _ in range(self.pollers)]
+        connections = [self.client.fork() for _ in range(min(len(loops), POLL_CONNECTIONS))]
         pollers = [
-            asyncio.create_task(self._poll_loop(task_list, slots, in_flight))
-            for task_list in self.task_lists
-            for _ in range(self.pollers)
+            asyncio.create_task(
+                self._poll_loop(task_list, connections[n % len(connections)], slots, in_flight)
+            )
+            for n, task_list in enumerate(loops)
         ]
         log.info(
             "worker.started",
@@ -130,6 +136,7 @@ class Worker:
             for poller in pollers:
                 poller.cancel()
             await asyncio.gather(*pollers, return_exceptions=True)
+            await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
             await self._drain(in_flight)
             log.info("worker.stopped", kind=self.kind, identity=self.identity)
 
@@ -199,12 +206,16 @@ class Worker:
     # -- the poll loop ----------------------------------------------------------------
 
     async def _poll_loop(
-        self, task_list: str, slots: asyncio.Semaphore, in_flight: set[asyncio.Task[None]]
+        self,
+        task_list: str,
+        connection: AsyncClient,
+        slots: asyncio.Semaphore,
+        in_flight: set[asyncio.Task[None]],
     ) -> None:
         while True:
             await slots.acquire()
             try:
-                task = await self._poll(task_list)
+                task = await self._poll(task_list, connection)
             except UnavailableError as exc:
                 slots.release()
                 log.warning("poll.unavailable", task_list=task_list, error=exc.message)
@@ -233,7 +244,7 @@ class Worker:
             exc = task.exception()
             log.error("task.crashed", kind=self.kind, error=f"{type(exc).__name__}: {exc}")
 
-    async def _poll(self, task_list: str) -> Any:
+    async def _poll(self, task_list: str, connection: AsyncClient) -> Any:
         raise NotImplementedError
 
     async def _handle(self, task: Any) -> None:

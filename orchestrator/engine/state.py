@@ -66,6 +66,11 @@ _OUTSIDE_HISTORY = (
 _DECIDER_DEFAULTS = asdict(DeciderState())
 
 
+def _fields_of(value: Any) -> dict[str, Any]:
+    fields_: dict[str, Any] = value.__dict__
+    return fields_
+
+
 @dataclass
 class ActivityState:
     activity_id: str
@@ -175,7 +180,9 @@ class RunState:
         return None
 
     def to_json(self) -> str:
-        return json.dumps(asdict(self), separators=(",", ":"), sort_keys=True)
+        # Each nested dataclass as its own __dict__: the same document as
+        # `asdict`, several times faster (this is written on every transition).
+        return json.dumps(self, default=_fields_of, separators=(",", ":"), sort_keys=True)
 
     @classmethod
     def from_json(cls, text: str) -> RunState:

@@ -35,7 +35,16 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, purge
 from .reads import StoreBase
-from .rows import NOTIFY_CHANNEL, Committed, RunRow, TaskListKey, naive, utcnow
+from .rows import (
+    CHANGES_CHANNEL,
+    NOTIFY_CHANNEL,
+    Committed,
+    RunRow,
+    TaskListKey,
+    closed_payload,
+    naive,
+    utcnow,
+)
 from .schema import (
     deadlines,
     history_events,
@@ -536,8 +545,14 @@ class LockedWrites(StoreBase):
         before_children: list[ChildState],
         c: Committed,
     ) -> None:
-        """A run closed: tell its parent, and apply its children's close policies."""
+        """A run closed: tell its parent, apply its children's close policies, and
+        wake whoever follows it on another node."""
         s = t.state
+        if self.is_pg:
+            await conn.execute(
+                text("SELECT pg_notify(:ch, :payload)"),
+                {"ch": CHANGES_CHANNEL, "payload": closed_payload(self.node_id, s.run_id)},
+            )
         close = next(e for e in reversed(t.events) if e.type in CLOSE_EVENTS)
         if s.parent_run_id and close.type != "WorkflowContinuedAsNew":
             # (A child that continued as new goes on as the same child.)

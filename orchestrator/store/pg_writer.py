@@ -1,5 +1,5 @@
 """The PostgreSQL hot path: psycopg 3 directly, each transition one prepared
-call of `weft_apply` / `weft_create` (migration 0006) in autocommit, so one
+call of `weft_apply` / `weft_create` (migration 0007) in autocommit, so one
 round trip and one transaction write the run row, its events, its task and
 deadline rows and the notifications. Reads on the hot path are single prepared
 statements in autocommit too.
@@ -11,8 +11,10 @@ forgets its prepared statements) and handed out most-recently-used first.
 from __future__ import annotations
 
 import asyncio
+import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from datetime import UTC
 from typing import Any
 
 import psycopg
@@ -27,15 +29,11 @@ from .writes import Candidate, Conflict, RunWrite
 log = structlog.get_logger("weft.store")
 
 POOL_SIZE = 24
-_REST = (
-    "%s::bigint[], %s::varchar[], %s::timestamp[], %s::bytea[], "
-    "%s::varchar[], %s::bigint[], "
-    "%s, %s::varchar[], %s::varchar[], %s::bigint[], %s, "
-    "%s::varchar[], %s::bigint[], %s::varchar[], %s::bigint[], %s::timestamp[], "
-    "%s::varchar[], %s::text[]"
+_APPLY = "SELECT weft_apply(%s, %s, %s, %s, %s, %s, %s::jsonb, %s::bytea[])"
+_CREATE = (
+    "SELECT weft_create(%s, %s, %s, %s, %s, %s, %s::varchar[], %s, %s, %s, %s,"
+    " %s::jsonb, %s::bytea[])"
 )
-_APPLY = f"SELECT weft_apply(%s, %s, %s, %s, %s, %s, {_REST})"
-_CREATE = f"SELECT weft_create(%s, %s, %s, %s, %s, %s, %s::varchar[], %s, %s, %s, %s, {_REST})"
 _LOAD = "SELECT state, version FROM runs WHERE run_id = %s"
 _CANDIDATES = (
     "SELECT t.id, t.run_id, t.scheduled_id, r.version FROM tasks t"
@@ -46,6 +44,13 @@ _EVENTS = (
     "SELECT data FROM history_events"
     " WHERE run_id = %s AND event_id >= %s AND event_id <= %s ORDER BY event_id"
 )
+_EVENT = "SELECT data FROM history_events WHERE run_id = %s AND event_id = %s"
+_FENCE = "SELECT pg_terminate_backend(%s)"
+_ALIVE = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
+_FENCE_WAIT = 5.0  # seconds to see a cut-off call's backend gone before giving up
+# Unique keys that mean "taken": an open run of the workflow id, a request id
+# used before. Any other unique violation is a bug, not a conflict.
+CONFLICT_KEYS = frozenset({"ux_runs_open_workflow", "pk_request_ids"})
 
 # Worth another go: serialization failure, deadlock, and a failover's codes.
 _RETRY_STATES = {"40001", "40P01", "25006", "57P03"}
@@ -157,24 +162,25 @@ class PgWriter:
             )
         delay = 0.02
         for attempt in range(_ATTEMPTS):
-            sent = False
+            backend = 0
             try:
                 async with self._conn() as conn:
                     self._stats.statements += 1
-                    sent = True
+                    backend = conn.info.backend_pid
                     cur = await conn.execute(query, params, prepare=True)
                     result = await cur.fetchone()
                     self._stats.transactions += 1
                     return bool(result and result[0])
             except pg_errors.UniqueViolation as exc:
+                if exc.diag.constraint_name not in CONFLICT_KEYS:
+                    raise
                 raise Conflict(str(exc)) from exc
             except pg_errors.DataError as exc:
                 # Input the validators let through but a column cannot hold.
                 raise InvalidArgument(f"a value does not fit the database: {exc}") from exc
             except psycopg.errors.DatabaseError as exc:
-                if isinstance(exc, psycopg.OperationalError) and sent and await self._landed(w):
-                    # The call committed as the connection went (the check reads the
-                    # row on a new connection; if it cannot, the outcome is unknown).
+                lost = isinstance(exc, psycopg.OperationalError) and backend
+                if lost and await self._landed(w, rest[1], backend):
                     return True
                 if attempt == _ATTEMPTS - 1 or not _retryable(exc):
                     raise Unavailable(f"database unavailable: {exc}") from exc
@@ -182,41 +188,51 @@ class PgWriter:
                 delay = min(delay * 2, 1.0)
         raise AssertionError("unreachable")
 
-    async def _landed(self, w: RunWrite) -> bool:
-        """After a connection lost during the call: did the write commit? It did
-        if the run is one version on and holds exactly the state we wrote."""
+    async def _landed(self, w: RunWrite, events: list[bytes], backend: int) -> bool:
+        """After the connection was lost during the call: did the write commit?
+
+        The server may still be running the call, and may commit it after we
+        look: so the backend that ran it is ended first and seen gone (else
+        the outcome is unknown). Then the write landed if the run holds our
+        first event, byte for byte; other writers may have moved the run on
+        since, so its version says nothing. A write without events landed if
+        the run is one version on and holds exactly the state we wrote.
+        """
+        unknown = "database connection lost while committing; the outcome is unknown"
         try:
+            await self._read(_FENCE, (backend,))
+            deadline = asyncio.get_running_loop().time() + _FENCE_WAIT
+            while await self._read(_ALIVE, (backend,)):
+                if asyncio.get_running_loop().time() > deadline:
+                    raise Unavailable(unknown)
+                await asyncio.sleep(0.05)
+            if events:
+                rows = await self._read(_EVENT, (w.run_id, w.events[0].event_id))
+                return bool(rows) and bytes(rows[0][0]) == events[0]
             rows = await self._read(_LOAD, (w.run_id,))
         except Unavailable:
-            raise Unavailable(
-                "database connection lost while committing; the outcome is unknown"
-            ) from None
+            raise Unavailable(unknown) from None
         return bool(rows) and int(rows[0][1]) == w.version + 1 and rows[0][0] == w.state_json
 
 
-def _rest(w: RunWrite) -> tuple[Any, ...]:
-    events = w.events
-    request = list(w.request) if w.request else []
-    return (
-        [e.event_id for e in events],
-        [e.type for e in events],
-        [e.timestamp.ToDatetime() for e in events],
-        [e.SerializeToString() for e in events],
-        [k for k, _ in w.tasks_gone],
-        [sid for _, sid in w.tasks_gone],
-        w.state.namespace,
-        [r.kind for r in w.tasks_added],
-        [r.task_list for r in w.tasks_added],
-        [r.scheduled_id for r in w.tasks_added],
-        naive(w.now.timestamp()),
-        [k for k, _ in w.deadlines_gone],
-        [ref for _, ref in w.deadlines_gone],
-        [k for k, _, _ in w.deadlines_added],
-        [ref for _, ref, _ in w.deadlines_added],
-        [due for _, _, due in w.deadlines_added],
-        request,
-        w.notify,
-    )
+def _rest(w: RunWrite) -> tuple[str, list[bytes]]:
+    """The rows besides the run's, as the JSON document the functions read
+    (migration 0007), and the events' bytes. Every event of a transition has
+    the transition's time."""
+    at = w.now.astimezone(UTC).replace(tzinfo=None).isoformat()
+    rows = {
+        "ev": [[e.event_id, e.type] for e in w.events],
+        "at": at,
+        "ns": w.state.namespace,
+        "tdel": w.tasks_gone,
+        "tadd": [[r.kind, r.task_list, r.scheduled_id] for r in w.tasks_added],
+        "ddel": w.deadlines_gone,
+        "dadd": [[k, ref, due.isoformat()] for k, ref, due in w.deadlines_added],
+        "req": list(w.request) if w.request else None,
+        "notify": w.notify,
+        "changes": w.changes,
+    }
+    return json.dumps(rows, separators=(",", ":")), [e.SerializeToString() for e in w.events]
 
 
 def _retryable(exc: psycopg.errors.DatabaseError) -> bool:

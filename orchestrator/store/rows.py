@@ -10,8 +10,14 @@ from typing import Any
 from orchestrator.engine.state import RunKey
 
 NOTIFY_CHANNEL = "weft_tasks"
-# Other nodes' news besides tasks: "NODE|types|NAMESPACE" (a type was registered).
+# Other nodes' news besides tasks: "NODE|types|NAMESPACE" (a type was
+# registered), "NODE|closed|RUN_ID" (a run closed: its followers stop waiting).
 CHANGES_CHANNEL = "weft_changes"
+
+
+def closed_payload(node: str, run_id: str) -> str:
+    """The CHANGES_CHANNEL payload of a run's close."""
+    return f"{node}|closed|{run_id}"
 
 
 def utcnow() -> datetime:
@@ -52,6 +58,8 @@ class DbStats:
 
     statements: int = 0
     transactions: int = 0
+    lost_writes: int = 0
+    """Writes refused because another writer came first (compare-and-set)."""
 
 
 @dataclass

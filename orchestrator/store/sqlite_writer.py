@@ -84,8 +84,18 @@ class SqliteWriter:
         try:
             ok: bool = await self._store._retrying(attempt, unique_ok=True)
         except IntegrityError as exc:
+            # Only the keys that mean "taken" (as CONFLICT_KEYS on PostgreSQL);
+            # SQLite names the columns, not the index.
+            if not str(exc.orig).startswith(_CONFLICT_MESSAGES):
+                raise
             raise Conflict(str(exc.orig)) from exc
         return ok
+
+
+_CONFLICT_MESSAGES = (
+    "UNIQUE constraint failed: runs.namespace, runs.workflow_id",
+    "UNIQUE constraint failed: request_ids.",
+)
 
 
 async def _write(conn: Any, w: RunWrite, links: tuple[str, str, str]) -> bool:

@@ -20,7 +20,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import TypeVar, cast
 
 from orchestrator.engine import derived
@@ -200,17 +200,21 @@ class Store(LockedWrites):
         request: tuple[str, str, str, str] | None,
     ) -> T | _Lost:
         run_id = t.state.run_id  # (the request tuple is recorded with the write)
-        settle = self._hand_off(t, before)
-        committed = Committed()
-        write = plan(t, before, entry.version, self.node_id, committed, request)
+        settle: Settle | None = None
         try:
-            ok = await self._hot.write(write)
+            # (Inside: whatever raises before the write must still settle the
+            # hand-off and drop the cached state, which `t` changed in place.)
+            settle = self._hand_off(t, before)
+            committed = Committed()
+            write = plan(t, before, entry.version, self.node_id, committed, request)
+            ok, cancelled = await _seen_through(self._hot.write(write))
         except BaseException:
             self.cache.evict(run_id)
             if settle is not None:
                 settle(False)
             raise
         if not ok:
+            self.stats.lost_writes += 1
             self.cache.evict(run_id)
             if settle is not None:
                 settle(False)
@@ -220,6 +224,8 @@ class Store(LockedWrites):
         if settle is not None:
             settle(True)
         self._on_commit(committed)
+        if cancelled:
+            raise asyncio.CancelledError
         return result
 
     def _hand_off(self, t: Transition, before: Before) -> Settle | None:
@@ -255,11 +261,12 @@ class Store(LockedWrites):
             t = Transition(state, utcnow())
             result = fn(t)
             t.finish()
-            settle = self._hand_off(t, before)
-            committed = Committed()
-            write = plan(t, before, 0, self.node_id, committed, request)
+            settle: Settle | None = None
             try:
-                await self._hot.write(write)
+                settle = self._hand_off(t, before)
+                committed = Committed()
+                write = plan(t, before, 0, self.node_id, committed, request)
+                _, cancelled = await _seen_through(self._hot.write(write))
             except Conflict:
                 if settle is not None:
                     settle(False)
@@ -275,6 +282,8 @@ class Store(LockedWrites):
             if settle is not None:
                 settle(True)
             self._on_commit(committed)
+            if cancelled:
+                raise asyncio.CancelledError
             return new_run_id, result, True
         raise Aborted(f"workflow {workflow_id!r} changed concurrently too often: try again")
 
@@ -334,7 +343,8 @@ class Store(LockedWrites):
         shows the task handed out already (by a commit here since the row was
         read): then there is nothing to try."""
         entry = self.cache.peek(row.run_id)
-        if entry is None or entry.version < row.version:
+        # A run this node is writing holds a state that may not land.
+        if entry is None or entry.version < row.version or self.cache.busy(row.run_id):
             return False
         return not any(ref.scheduled_id == row.scheduled_id for ref in derived.tasks(entry.state))
 
@@ -362,3 +372,22 @@ class Store(LockedWrites):
             h.HistoryEvent.FromString(data)
             for data in await self._hot.events(run_id, first_id, last_id)
         ]
+
+
+async def _seen_through(write: Awaitable[bool]) -> tuple[bool, bool]:
+    """(the write's outcome, whether the caller was cancelled meanwhile).
+
+    A client that goes away cancels its call; but the database finishes a
+    call it was sent, so the write is awaited to its end and settled by what
+    really happened (a task handed over in it, the cache), and the caller's
+    cancellation is raised after that.
+    """
+    task = asyncio.ensure_future(write)
+    cancelled = False
+    while True:
+        try:
+            return await asyncio.shield(task), cancelled
+        except asyncio.CancelledError:
+            if task.cancelled():
+                raise  # the write itself was cancelled: the loop is closing
+            cancelled = True

@@ -17,7 +17,7 @@ from orchestrator.engine.state import RunState
 from orchestrator.engine.transition import Transition
 from sdk.api.weft.v1 import history_pb2 as h
 
-from .rows import Committed, TaskListKey, naive
+from .rows import Committed, TaskListKey, closed_payload, naive
 
 
 @dataclass(frozen=True)
@@ -72,6 +72,8 @@ class RunWrite:
     request: tuple[str, str, str, str] | None = None
     """(namespace, workflow id, kind, request id): recorded, so a retry does nothing."""
     notify: list[str] = field(default_factory=list)
+    changes: list[str] = field(default_factory=list)
+    """Other nodes' news on commit (CHANGES_CHANNEL): the run closed."""
 
     @property
     def is_new(self) -> bool:
@@ -143,4 +145,5 @@ def plan(
         request=request,
         # Delivered on commit only, so a poller woken on another node finds the row.
         notify=[key.channel_payload(node_id, n) for key, n in counts.items()],
+        changes=[closed_payload(node_id, s.run_id)] if before.was_open and not s.is_open else [],
     )

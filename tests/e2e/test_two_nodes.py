@@ -184,3 +184,40 @@ async def test_concurrent_deciders_on_both_nodes_never_share_a_task(
             assert Counter(types)["DeciderStarted"] == 2, types
             assert Counter(types)["TimerExpired"] == 1, types
             assert [e.event_id for e in await wf.history()] == list(range(1, len(types) + 1))
+
+
+async def test_close_on_b_wakes_a_follower_on_a(nodes: tuple[ServerProcess, ...]) -> None:
+    """A `result()` / history follow waiting on node A hears of a close committed
+    on node B through the notification, not at its next re-check (2 s)."""
+    node_a, node_b = nodes
+    async with node_a.channel() as chan_a, node_b.channel() as chan_b:
+        stub_a, stub_b = sg.WorkflowServiceStub(chan_a), sg.WorkflowServiceStub(chan_b)
+        on_b = Driver(stub_b)
+        await on_b.start()
+        task = await on_b.poll_decision()
+        execution = c.WorkflowExecution(workflow_id=on_b.workflow_id, run_id=on_b.run_id)
+        first = await stub_a.GetWorkflowHistory(
+            s.GetWorkflowHistoryRequest(
+                namespace="default", execution=execution, wait_new_event=True
+            )
+        )
+        assert first.next_page_token, "an open run's follower gets a token to wait on"
+        follow = asyncio.ensure_future(
+            stub_a.GetWorkflowHistory(
+                s.GetWorkflowHistoryRequest(
+                    namespace="default",
+                    execution=execution,
+                    wait_new_event=True,
+                    next_page_token=first.next_page_token,
+                )
+            )
+        )
+        await asyncio.sleep(0.5)  # parked on A
+        assert not follow.done(), "the follow answered before anything happened"
+        t0 = time.monotonic()
+        await on_b.decide(task, complete("done"))
+        page = await follow
+        delay = time.monotonic() - t0
+        print(f"close on B reached a follower on A after {delay * 1000:.0f} ms")
+        assert [e.type for e in page.events][-1] == "WorkflowSuccess"
+        assert delay < MAX_WAKE_DELAY, f"the close reached node A after {delay:.3f}s"

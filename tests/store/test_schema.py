@@ -106,3 +106,50 @@ def test_second_upgrade_is_a_no_op(empty_url: str) -> None:
             assert value == "still here"
     finally:
         engine.dispose()
+
+
+def _function_arguments(conn: Connection, name: str) -> list[str]:
+    rows = conn.execute(
+        text("SELECT pg_get_function_identity_arguments(oid) FROM pg_proc WHERE proname = :n"),
+        {"n": name},
+    )
+    return [row[0] for row in rows]
+
+
+def test_0007_replaces_the_transition_functions_of_0006(
+    postgres_admin_url: str, tmp_path: Path
+) -> None:
+    """A database migrated when 0006 was the head (functions with a parameter
+    per column) upgrades to the JSON-rows functions, and back down again."""
+    from alembic import command
+
+    name = f"weft_mig_{uuid.uuid4().hex[:12]}"
+    admin = create_engine(migrate.sync_url(postgres_admin_url), isolation_level="AUTOCOMMIT")
+    with admin.connect() as conn:
+        conn.execute(text(f'CREATE DATABASE "{name}"'))
+    url = make_url(postgres_admin_url).set(database=name).render_as_string(hide_password=False)
+    engine = create_engine(migrate.sync_url(url))
+    try:
+        with engine.begin() as conn:
+            command.upgrade(migrate.alembic_config(conn), "0006")
+        with engine.connect() as conn:
+            (old,) = _function_arguments(conn, "weft_apply")
+            assert "p_notify text[]" in old
+        with engine.begin() as conn:
+            command.upgrade(migrate.alembic_config(conn), "head")
+        with engine.connect() as conn:
+            assert _function_arguments(conn, "weft_apply") == [
+                "p_run_id character varying, p_version bigint, p_status character varying, "
+                "p_close_time timestamp without time zone, p_history_length bigint, "
+                "p_state text, p_rows jsonb, p_ev_data bytea[]"
+            ]
+            assert len(_function_arguments(conn, "weft_write_rest")) == 1
+        with engine.begin() as conn:
+            command.downgrade(migrate.alembic_config(conn), "0006")
+        with engine.connect() as conn:
+            assert _function_arguments(conn, "weft_apply") == [old]
+    finally:
+        engine.dispose()
+        with admin.connect() as conn:
+            conn.execute(text(f'DROP DATABASE IF EXISTS "{name}" WITH (FORCE)'))
+        admin.dispose()

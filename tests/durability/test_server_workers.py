@@ -1,0 +1,125 @@
+"""`weft server --workers N`: N server processes share one port on PostgreSQL.
+
+A workflow runs through them from several connections (the kernel spreads
+connections over the processes); a worker killed with -9 is restarted by the
+supervisor and the service keeps answering; SIGTERM to the supervisor drains
+every worker and it exits 0. SQLite refuses the flag with one line.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import signal
+import subprocess
+from pathlib import Path
+
+from sdk.api.weft.v1 import service_pb2_grpc as sg
+from tests.helpers import Driver, complete, schedule, unique, wait_until
+from tests.serverproc import WEFT, ServerProcess, free_port
+
+
+def _children(pid: int) -> set[int]:
+    """Live child processes of `pid`, read from /proc."""
+    found: set[int] = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+        except OSError:
+            continue
+        # Field 4 (ppid) follows the command name, which is in parentheses.
+        fields = stat.rsplit(")", 1)[1].split()
+        if int(fields[1]) == pid and fields[0] != "Z":
+            found.add(int(entry))
+    return found
+
+
+def test_workers_need_postgresql(tmp_path: Path) -> None:
+    done = subprocess.run(
+        [str(WEFT), "server", "--db", f"sqlite:///{tmp_path}/w.db", "--workers", "2"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "weft server: --workers needs PostgreSQL (SQLite is one node)"
+
+
+async def _one_workflow(node: ServerProcess) -> None:
+    """Start, decide, run one activity and complete, each step over its own connection."""
+    acts = unique("acts")
+    async with node.channel() as first:
+        driver = Driver(sg.WorkflowServiceStub(first))
+        await driver.start()
+        task = await driver.poll_decision()
+    async with node.channel() as second:
+        driver.stub = sg.WorkflowServiceStub(second)
+        await driver.decide(task, schedule("a1", "work", acts, start_to_close=30))
+        act = await driver.poll_activity(acts)
+        await driver.finish_activity(act, "done")
+    async with node.channel() as third:
+        driver.stub = sg.WorkflowServiceStub(third)
+        task = await driver.poll_decision()
+        await driver.decide(task, complete("ok"))
+        types = await driver.types()
+    assert types[-1] == "WorkflowSuccess", types
+
+
+async def test_workers_serve_restart_and_drain(postgres_url: str, tmp_path: Path) -> None:
+    node = ServerProcess(postgres_url, tmp_path, name="workers", extra_args=("--workers", "2"))
+    await node.start()
+    try:
+        assert node.proc is not None
+        supervisor = node.proc.pid
+        await wait_until(lambda: _ready(len(_children(supervisor)) == 2))
+        await asyncio.gather(*(_one_workflow(node) for _ in range(4)))
+
+        # kill -9 one worker: the supervisor starts another in its place.
+        victim = min(_children(supervisor))
+        os.kill(victim, signal.SIGKILL)
+        await wait_until(
+            lambda: _ready(victim not in _children(supervisor) and len(_children(supervisor)) == 2),
+            timeout=20,
+        )
+        await node.wait_serving()
+        await _one_workflow(node)
+
+        workers = _children(supervisor)
+        assert await node.terminate() == 0, node.log_tail()
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    finally:
+        node.stop()
+
+
+async def _ready(value: bool) -> bool:
+    return value
+
+
+async def test_workers_from_the_variable_start_no_workers_of_their_own(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """WEFT_WORKERS=2 in the environment: two workers, not a tree of supervisors."""
+    port = free_port()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+    env |= {"WEFT_WORKERS": "2", "WEFT_DATABASE_URL": postgres_url}
+    with (tmp_path / "workers-env.log").open("wb") as log:
+        proc = subprocess.Popen(
+            [str(WEFT), "server", "--listen", f"127.0.0.1:{port}"],
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+    try:
+        await wait_until(lambda: _ready(len(_children(proc.pid)) == 2))
+        await asyncio.sleep(3)  # time enough for a worker to have started its own
+        workers = _children(proc.pid)
+        assert len(workers) == 2, workers
+        assert all(not _children(pid) for pid in workers), "a worker started workers"
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert await asyncio.to_thread(proc.wait, 30) == 0
