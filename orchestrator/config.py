@@ -3,6 +3,7 @@ environment, then defaults) and passed down by constructor."""
 
 from __future__ import annotations
 
+import ipaddress
 from dataclasses import dataclass, field
 
 from orchestrator.engine.limits import Defaults, Limits
@@ -23,5 +24,47 @@ class ServerConfig:
     """Long polls one client (one host) may have waiting at once on this node."""
     purge_interval: float = 60.0
     """Seconds between retention passes (one node at a time on PostgreSQL); 0: never."""
+    reuse_port: bool = False
+    """Share the listening port with the other workers of `--workers N`."""
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)
+    tls_cert: str = ""
+    """PEM certificate chain served on --listen and --metrics-listen; empty: plaintext."""
+    tls_key: str = ""
+    tls_client_ca: str = ""
+    """PEM CA(s) client certificates must be issued by; set: mutual TLS, required."""
+    insecure: bool = False
+    """Serve plaintext on a non-loopback address anyway (`--insecure`)."""
+
+    def insecure_reason(self) -> str | None:
+        """Why this server must not start: plaintext on a non-loopback listener
+        without `--insecure`. None when it may."""
+        if self.tls_cert or self.insecure:
+            return None
+        for option, address in (
+            ("--listen", self.listen),
+            ("--metrics-listen", self.metrics_listen),
+        ):
+            if address and not is_loopback(address):
+                return (
+                    f"{option} {address} is not a loopback address and TLS is off:"
+                    " give --tls-cert and --tls-key (TLS is required off loopback),"
+                    " or --insecure to serve plaintext anyway"
+                )
+        return None
+
+
+def is_loopback(address: str) -> bool:
+    """HOST:PORT on this host only: 127.0.0.0/8, ::1, `localhost`, or a unix socket.
+    An empty host, 0.0.0.0 and [::] listen on every interface: not loopback."""
+    if address.startswith(("unix:", "unix-abstract:")):
+        return True
+    host = address.rpartition(":")[0].strip()
+    if host.startswith("[") and host.endswith("]"):
+        host = host[1:-1]
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:  # another host name: it may resolve anywhere
+        return False

@@ -6,18 +6,23 @@ share counters. Workflow ids are never labels: they would explode cardinality.
 
 from __future__ import annotations
 
+import ssl
 from collections.abc import Iterator
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
 from orchestrator.store.rows import DbStats
+from orchestrator.tls import TlsFiles
 
 
 class Metrics:
     def __init__(self) -> None:
         self.registry = CollectorRegistry()
+        self._rpc_children: dict[tuple[str, str], Any] = {}
+        self._tls_context: ssl.SSLContext | None = None
         self.rpc_seconds = Histogram(
             "weft_rpc_duration_seconds",
             "gRPC handling time (long polls include their wait)",
@@ -37,13 +42,49 @@ class Metrics:
             registry=self.registry,
         )
 
+    def rpc(self, method: str, code: str) -> Any:
+        """The histogram child of one method and code (labels() costs a lookup
+        and a lock on every call; this is on every RPC)."""
+        child = self._rpc_children.get((method, code))
+        if child is None:
+            child = self._rpc_children[(method, code)] = self.rpc_seconds.labels(method, code)
+        return child
+
     def count_database(self, stats: DbStats) -> None:
         """Expose the store's statement and transaction counts (read when scraped)."""
         self.registry.register(_DbCollector(stats))
 
-    def serve(self, listen: str) -> None:
+    def serve(self, listen: str, tls: TlsFiles | None = None) -> None:
+        """Serve the text exposition on HOST:PORT; with `tls`, over HTTPS with the
+        gRPC listener's certificate, and with its client CA a client certificate
+        is required (a scraper needs one, as any other client)."""
         host, _, port = listen.rpartition(":")
-        start_http_server(int(port), addr=host or "127.0.0.1", registry=self.registry)
+        host = host.strip("[]") or "127.0.0.1"
+        if tls is None:
+            start_http_server(int(port), addr=host, registry=self.registry)
+            return
+        server, _ = start_http_server(
+            int(port),
+            addr=host,
+            registry=self.registry,
+            certfile=tls.cert,
+            keyfile=tls.key,
+            client_cafile=tls.client_ca or None,
+            client_auth_required=bool(tls.client_ca),
+        )
+        if isinstance(server.socket, ssl.SSLSocket):
+            self._tls_context = server.socket.context
+
+    def reload_tls(self, tls: TlsFiles) -> None:
+        """New certificate files: new HTTPS connections get them (open ones keep
+        theirs). A client CA is added to the trusted ones; OpenSSL cannot drop
+        one from a live context, so removing a CA needs a restart."""
+        context = self._tls_context
+        if context is None:
+            return
+        context.load_cert_chain(tls.cert, tls.key)
+        if tls.client_ca:
+            context.load_verify_locations(cafile=tls.client_ca)
 
 
 class _DbCollector(Collector):
@@ -58,4 +99,9 @@ class _DbCollector(Collector):
             "weft_db_transactions",
             "Database transactions committed",
             value=self._stats.transactions,
+        )
+        yield CounterMetricFamily(
+            "weft_db_lost_writes",
+            "Writes another writer came first to (applied again to the new state)",
+            value=self._stats.lost_writes,
         )

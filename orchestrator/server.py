@@ -11,6 +11,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
+from orchestrator.api import handlers
 from orchestrator.api.admin import AdminService
 from orchestrator.api.service import ServiceSettings, WorkflowService
 from orchestrator.api.tokens import TokenCodec
@@ -23,7 +24,8 @@ from orchestrator.metrics import Metrics
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
 from orchestrator.timers.scanner import DeadlineScanner
-from sdk.api.weft.v1 import admin_pb2, admin_pb2_grpc, service_pb2, service_pb2_grpc
+from orchestrator.tls import ServerTls, TlsFiles
+from sdk.api.weft.v1 import admin_pb2, service_pb2
 
 log = structlog.get_logger("weft.server")
 SERVICE_NAME = service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].full_name
@@ -31,6 +33,8 @@ ADMIN_SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_
 # The largest message either way; the SDK's clients receive as much
 # (sdk.client.MAX_MESSAGE_BYTES, checked equal by a test).
 MAX_MESSAGE = 64 * 1024 * 1024
+# Seconds between looks at the TLS files' stat (between connections).
+TLS_WATCH_EVERY = 5.0
 
 
 class Server:
@@ -46,6 +50,7 @@ class Server:
         self._health = health.aio.HealthServicer()
         self._pollers = PollerSightings()
         self.metrics = Metrics()
+        self.tls: ServerTls | None = None
 
     def _committed(self, c: Committed) -> None:
         self.metrics.events.inc(c.events)
@@ -57,6 +62,14 @@ class Server:
             self._scanner.hint(c.earliest_deadline)
 
     async def start(self) -> int:
+        reason = self.config.insecure_reason()
+        if reason is not None:
+            raise ValueError(reason)
+        if self.config.tls_cert:
+            # Before the database: bad files are refused with nothing opened.
+            self.tls = ServerTls(
+                TlsFiles(self.config.tls_cert, self.config.tls_key, self.config.tls_client_ca)
+            )
         store = self._store = await Store.open(self.config.db_url, self._committed)
         self.metrics.count_database(store.stats)
         tokens = TokenCodec(await store.token_secret())
@@ -100,33 +113,56 @@ class Server:
             options=[
                 ("grpc.max_receive_message_length", MAX_MESSAGE),
                 ("grpc.max_send_message_length", MAX_MESSAGE),
-                ("grpc.so_reuseport", 0),  # a second node on a taken port must fail, not share it
+                # A second node on a taken port must fail, not share it; the
+                # workers of `--workers N` share it on purpose.
+                ("grpc.so_reuseport", 1 if self.config.reuse_port else 0),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
             ]
         )
-        service_pb2_grpc.add_WorkflowServiceServicer_to_server(self._service, server)
-        admin_pb2_grpc.add_AdminServiceServicer_to_server(admin, server)
+        services = service_pb2.DESCRIPTOR.services_by_name
+        handlers.register(server, self._service, services["WorkflowService"])
+        handlers.register(server, admin, admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
             (SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
             server,
         )
-        self.port = server.add_insecure_port(self.config.listen)
+        if self.tls is not None:
+            self.port = server.add_secure_port(self.config.listen, self.tls.credentials())
+        else:
+            self.port = server.add_insecure_port(self.config.listen)
         if not self.port:
             raise OSError(f"cannot listen on {self.config.listen}")
         await server.start()
         if self.config.metrics_listen:
-            self.metrics.serve(self.config.metrics_listen)
+            self.metrics.serve(self.config.metrics_listen, self.tls.files if self.tls else None)
+        if self.tls is not None:
+            self.tls.on_reload(self.metrics.reload_tls)
+            self._tasks.append(asyncio.create_task(self._watch_tls(), name="tls-watch"))
         for name in ("", SERVICE_NAME, ADMIN_SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "server.started",
             listen=self.config.listen,
             port=self.port,
+            tls="mutual" if self.tls and self.tls.mutual else "on" if self.tls else "off",
             db=_safe(self.config.db_url),
         )
         return self.port
+
+    def reload_tls(self) -> None:
+        """SIGHUP: read the certificate files again (new connections get them)."""
+        if self.tls is not None:
+            self.tls.check(force=True)
+
+    async def _watch_tls(self) -> None:
+        """Look at the files every few seconds too: gRPC asks only when a
+        connection comes, and the metrics endpoint never asks."""
+        assert self.tls is not None
+        while True:
+            await asyncio.sleep(TLS_WATCH_EVERY)
+            await asyncio.to_thread(self.tls.check)
 
     async def _purge_loop(self) -> None:
         """Delete closed runs their retention no longer keeps, every purge interval.
@@ -155,9 +191,12 @@ class Server:
                 log.warning("pollers.write_failed", error=str(exc)[:200])
 
     def _on_change(self, kind: str, subject: str) -> None:
-        """Another node's news: a namespace's types were registered anew."""
+        """Another node's news: a namespace's types were registered anew, or a
+        run closed (its followers here read its last events now)."""
         if kind == "types" and self._store is not None:
             self._store.types.forget(subject)
+        elif kind == "closed":
+            self._wakeups.wake(("run", subject))
 
     def _on_notify(self, key: TaskListKey, added: int) -> None:
         self._wakeups.wake_pollers(key, added)

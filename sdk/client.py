@@ -38,6 +38,7 @@ from sdk.errors import (
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
+from sdk.tls import TlsConfig, diagnose, looks_like_tls, tls_config
 from sdk.workflows import (
     ForcedRelease,
     LockInfo,
@@ -94,6 +95,11 @@ class AsyncClient:
     Create it anywhere; the gRPC channel opens on first use, inside the running
     event loop, and serves that loop only. Close it with `await client.close()` or
     `async with`.
+
+    `tls=TlsConfig(ca=..., cert=..., key=..., server_name=...)` connects over TLS
+    (with `cert` and `key`, mutual TLS); `tls=True` over TLS trusting the system's
+    root certificates; the default is plaintext. A failed handshake raises
+    `TlsError` (an `UnavailableError`) at once, without retrying.
     """
 
     def __init__(
@@ -104,15 +110,34 @@ class AsyncClient:
         identity: str | None = None,
         converter: PayloadConverter = DEFAULT_CONVERTER,
         retry: RetryPolicy = DEFAULT_RETRY,
+        tls: TlsConfig | bool | None = None,
     ) -> None:
         self.address = address
         self.namespace = namespace
         self.identity = identity or default_identity()
         self.converter = converter
         self.retry = retry
+        self.tls = tls_config(tls)
         self._channel: grpc.aio.Channel | None = None
         self._stub: sg.WorkflowServiceStub | None = None
         self._admin: ag.AdminServiceStub | None = None
+        self._own_connection = False
+
+    def fork(self) -> AsyncClient:
+        """A client like this one on a connection of its own (not shared with
+        other channels to the address). A server of several processes on one port
+        (`weft server --workers N`) gets each connection in one of them: workers
+        poll through a few of these, so their polls wait in every process."""
+        twin = AsyncClient(
+            self.address,
+            namespace=self.namespace,
+            identity=self.identity,
+            converter=self.converter,
+            retry=self.retry,
+            tls=self.tls,
+        )
+        twin._own_connection = True
+        return twin
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -499,6 +524,11 @@ class AsyncClient:
                 code = exc.code()
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout == POLL_TIMEOUT:
                     continue  # a long poll outlived a silent connection: ask again
+                if code == grpc.StatusCode.UNAVAILABLE and looks_like_tls(exc.details() or ""):
+                    # A refused handshake is a setting to fix, not a server to wait for.
+                    refused = await asyncio.to_thread(diagnose, self.address, self.tls)
+                    if refused is not None:
+                        raise refused from exc
                 wait = delays.next() if code in _RETRIED else None
                 if wait is None:
                     raise from_rpc_error(exc) from exc
@@ -507,13 +537,19 @@ class AsyncClient:
 
     def _service(self) -> Any:
         if self._stub is None:
-            self._channel = grpc.aio.insecure_channel(
-                self.address,
-                options=[
-                    ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                    ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ],
-            )
+            options: list[tuple[str, Any]] = [
+                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
+                ("grpc.use_local_subchannel_pool", 1 if self._own_connection else 0),
+            ]
+            if self.tls is None:
+                self._channel = grpc.aio.insecure_channel(self.address, options=options)
+            else:
+                self._channel = grpc.aio.secure_channel(
+                    self.address,
+                    self.tls.credentials(),
+                    options=options + self.tls.channel_options(),
+                )
             self._stub = sg.WorkflowServiceStub(self._channel)
         return self._stub
 

@@ -19,6 +19,7 @@ from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.errors import WeftError
 from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
+from sdk.tls import TlsConfig
 from sdk.workflows import (
     ForcedRelease,
     LockInfo,
@@ -42,9 +43,15 @@ class Client:
         identity: str | None = None,
         converter: PayloadConverter = DEFAULT_CONVERTER,
         retry: RetryPolicy = DEFAULT_RETRY,
+        tls: TlsConfig | bool | None = None,
     ) -> None:
         self.aio = AsyncClient(
-            address, namespace=namespace, identity=identity, converter=converter, retry=retry
+            address,
+            namespace=namespace,
+            identity=identity,
+            converter=converter,
+            retry=retry,
+            tls=tls,
         )
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(

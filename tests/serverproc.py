@@ -17,6 +17,8 @@ from pathlib import Path
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from sdk.tls import TlsConfig
+
 WEFT = Path(sys.executable).parent / "weft"
 
 
@@ -37,8 +39,11 @@ class ServerProcess:
         name: str = "node",
         long_poll: str = "2s",
         extra_args: tuple[str, ...] = (),
+        tls: TlsConfig | None = None,
     ) -> None:
         self.db_url = db_url
+        self.tls = tls
+        """How this harness connects (its health checks), when `extra_args` turn TLS on."""
         self.extra_args = extra_args
         self.log_dir = log_dir
         self.name = name
@@ -53,6 +58,10 @@ class ServerProcess:
         return f"127.0.0.1:{self.port}"
 
     def channel(self) -> grpc.aio.Channel:
+        if self.tls is not None:
+            return grpc.aio.secure_channel(
+                self.address, self.tls.credentials(), options=self.tls.channel_options()
+            )
         return grpc.aio.insecure_channel(self.address)
 
     # -- life cycle -----------------------------------------------------------------

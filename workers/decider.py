@@ -17,10 +17,12 @@ from pathlib import Path
 import structlog
 
 from sdk.decider_worker import DeciderWorker, TypeRegistration
+from sdk.tls import TlsConfig
 from workers.loader import LoadError, deciders_in, load
 from workers.runner import worker_client
 from workers.steps.definition import DefinitionError, load_dir
 from workers.steps.interpreter import StepDecider
+from workers.steps.limits import DECIDE_CPU_SECONDS, MIN_TIMER
 from workers.steps.model import Definition
 
 log = structlog.get_logger("weft.decider")
@@ -36,6 +38,11 @@ class DeciderConfig:
     concurrency: int = 8
     identity: str = ""
     grace: timedelta = timedelta(seconds=10)
+    min_timer: timedelta = MIN_TIMER
+    """Step timers shorter than this are rounded up (`workers.steps.limits`)."""
+    cpu_budget: float = DECIDE_CPU_SECONDS
+    """CPU seconds one step-workflow decision task may use; 0 for no budget."""
+    tls: TlsConfig | None = None
 
 
 def build(config: DeciderConfig) -> DeciderWorker:
@@ -51,13 +58,13 @@ def build(config: DeciderConfig) -> DeciderWorker:
             "no task list: give --task-list, --definitions, or set task_list on the Decider"
         )
     return DeciderWorker(
-        worker_client(config.address, config.namespace, config.identity),
+        worker_client(config.address, config.namespace, config.identity, config.tls),
         deciders=deciders,
         task_lists=lists,
         concurrency=config.concurrency,
         grace=config.grace,
         register_types=True,
-        fallback=StepDecider(steps),
+        fallback=StepDecider(steps, min_timer=config.min_timer, cpu_budget=config.cpu_budget),
         registrations=[registration(d, lists) for d in steps],
     )
 

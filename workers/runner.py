@@ -1,7 +1,8 @@
 """`weft runner`: an activity-runner process.
 
 It loads the user's modules, collects their `@activity` functions, adds the
-built-in ones (`weft.http` always, `weft.shell` with `--allow-shell`: see
+built-in ones (`weft.http` within `--allow-http`, `weft.shell` with
+`--allow-shell`; without its flag each refuses its tasks: see
 `workers.builtins`), and runs an `ActivityWorker` until SIGTERM (finish
 in-flight work within the grace period, then exit) or SIGINT. With no modules
 it runs the built-ins alone.
@@ -19,6 +20,7 @@ from sdk.activity import ActivityDefinition
 from sdk.activity_worker import ActivityWorker
 from sdk.client import AsyncClient
 from sdk.retry import RetryPolicy
+from sdk.tls import TlsConfig
 from workers import builtins
 from workers.loader import LoadError, activities_in, load
 
@@ -40,11 +42,20 @@ class RunnerConfig:
     allow_shell: bool = False
     """Run `weft.shell` tasks (shell commands with the runner's rights); without
     it they fail at once with `ShellNotAllowed`."""
+    allow_http: builtins.HttpPolicy = builtins.HTTP_OFF
+    """The hosts `weft.http` tasks may reach; with none they fail at once with
+    `HttpNotAllowed`."""
+    tls: TlsConfig | None = None
 
 
-def worker_client(address: str, namespace: str, identity: str) -> AsyncClient:
-    """The client of a worker process: it waits out server restarts, however long."""
-    return AsyncClient(address, namespace=namespace, identity=identity or None, retry=WORKER_RETRY)
+def worker_client(
+    address: str, namespace: str, identity: str, tls: TlsConfig | None = None
+) -> AsyncClient:
+    """The client of a worker process: it waits out server restarts, however long
+    (a refused TLS handshake is not waited out: it raises TlsError)."""
+    return AsyncClient(
+        address, namespace=namespace, identity=identity or None, retry=WORKER_RETRY, tls=tls
+    )
 
 
 def build(config: RunnerConfig) -> ActivityWorker:
@@ -57,19 +68,26 @@ def build(config: RunnerConfig) -> ActivityWorker:
     if not lists:
         raise LoadError("no task list: give --task-list, or name one in @activity(task_list=…)")
     return ActivityWorker(
-        worker_client(config.address, config.namespace, config.identity),
-        activities=with_builtins(user, allow_shell=config.allow_shell),
+        worker_client(config.address, config.namespace, config.identity, config.tls),
+        activities=with_builtins(
+            user, allow_shell=config.allow_shell, allow_http=config.allow_http
+        ),
         task_lists=lists,
         concurrency=config.concurrency,
         grace=config.grace,
     )
 
 
-def with_builtins(user: list[ActivityDefinition], *, allow_shell: bool) -> list[ActivityDefinition]:
+def with_builtins(
+    user: list[ActivityDefinition],
+    *,
+    allow_shell: bool,
+    allow_http: builtins.HttpPolicy = builtins.HTTP_OFF,
+) -> list[ActivityDefinition]:
     """The user's activities and the built-ins. A built-in a user module merely
     imports is the runner's own; a user activity under a built-in's name is
     refused, since the step language's `http`/`shell` steps schedule that name."""
-    offered = builtins.builtins(allow_shell=allow_shell)
+    offered = builtins.builtins(allow_shell=allow_shell, allow_http=allow_http)
     reserved = {b.name for b in offered}
     own = [a for a in user if a not in (builtins.http, builtins.shell)]
     for defn in own:
@@ -85,6 +103,8 @@ def run(config: RunnerConfig) -> int:
         activities=sorted(worker.activities),
         task_lists=worker.task_lists,
         address=config.address,
+        allow_shell=config.allow_shell,
+        allow_http=config.allow_http.describe(),
     )
     worker.run()
     if worker.abandoned:

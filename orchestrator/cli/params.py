@@ -11,6 +11,7 @@ import click
 
 from sdk.client import DEFAULT_ADDRESS
 from sdk.durations import parse_duration
+from sdk.tls import TlsConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -65,8 +66,67 @@ DURATION = DurationType()
 JSON = JsonType()
 
 
+# Where the TLS options leave their values for `client_tls` (not as arguments:
+# every command gets them without naming them).
+_TLS_META = "weft.tls"
+_FILE = click.Path(exists=True, dir_okay=False)
+
+
+def _keep_tls(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    if value:
+        ctx.meta.setdefault(_TLS_META, {})[param.name] = value
+    return value
+
+
+def client_tls(ctx: click.Context | None = None) -> TlsConfig | None:
+    """The TLS settings of this command's --tls* options (None: plaintext)."""
+    ctx = ctx or click.get_current_context()
+    given: dict[str, Any] = ctx.meta.get(_TLS_META, {})
+    if not given:
+        return None
+    if bool(given.get("tls_cert")) != bool(given.get("tls_key")):
+        raise click.UsageError("--tls-cert and --tls-key go together; give both")
+    return TlsConfig(
+        ca=given.get("tls_ca"),
+        cert=given.get("tls_cert"),
+        key=given.get("tls_key"),
+        server_name=given.get("tls_server_name", ""),
+    )
+
+
+def tls_options(fn: F) -> F:
+    """--tls, --tls-ca, --tls-cert, --tls-key, --tls-server-name: how a client
+    command reaches a server over TLS. Any of them turns TLS on."""
+    for flags, envvar, kind, help in reversed(
+        (
+            ("--tls", "WEFT_TLS", bool, "connect over TLS, trusting the system's root CAs"),
+            ("--tls-ca", "WEFT_TLS_CA", _FILE, "PEM CA certificate(s) to verify the server with"),
+            ("--tls-cert", "WEFT_TLS_CLIENT_CERT", _FILE, "PEM client certificate (mutual TLS)"),
+            ("--tls-key", "WEFT_TLS_CLIENT_KEY", _FILE, "PEM private key of --tls-cert"),
+            (
+                "--tls-server-name",
+                "WEFT_TLS_SERVER_NAME",
+                str,
+                "the name the server's certificate must carry, if not the address's host",
+            ),
+        )
+    ):
+        fn = click.option(
+            flags,
+            envvar=envvar,
+            is_flag=kind is bool,
+            type=None if kind is bool else kind,
+            expose_value=False,
+            callback=_keep_tls,
+            help=help,
+        )(fn)
+    return fn
+
+
 def server_options(fn: F) -> F:
-    """--address and --namespace, for every command that talks to a server."""
+    """--address and --namespace (and the TLS options), for every command that
+    talks to a server."""
+    fn = tls_options(fn)
     fn = click.option(
         "--namespace",
         envvar="WEFT_NAMESPACE",

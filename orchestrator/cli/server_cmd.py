@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import signal
 import sys
+import urllib.parse
 from datetime import timedelta
 
 import click
@@ -20,7 +21,8 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     envvar="WEFT_DATABASE_URL",
     default=DEFAULT_DB,
     show_default=True,
-    help="sqlite:///PATH or postgresql://USER@HOST/DB",
+    help="sqlite:///PATH or postgresql://USER@HOST/DB (a password belongs in"
+    " WEFT_DATABASE_URL: on the command line, `ps` shows it)",
 )
 @click.option(
     "--listen",
@@ -59,6 +61,39 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     show_default=True,
     help="how often closed runs past their retention are deleted (0s: never)",
 )
+@click.option(
+    "--workers",
+    envvar="WEFT_WORKERS",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="server processes on this port (PostgreSQL only): one core each",
+)
+@click.option("--reuse-port", is_flag=True, hidden=True, help="a worker of --workers")
+@click.option(
+    "--tls-cert",
+    envvar="WEFT_TLS_CERT",
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM certificate chain: serve gRPC and metrics over TLS (reloaded on change or SIGHUP)",
+)
+@click.option(
+    "--tls-key",
+    envvar="WEFT_TLS_KEY",
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM private key of --tls-cert",
+)
+@click.option(
+    "--tls-client-ca",
+    envvar="WEFT_TLS_CLIENT_CA",
+    type=click.Path(exists=True, dir_okay=False),
+    help="PEM CA certificate(s): require client certificates issued by them (mutual TLS)",
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    envvar="WEFT_INSECURE",
+    help="serve plaintext on a non-loopback address (refused without this flag)",
+)
 @click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
 def server(
     db_url: str,
@@ -67,13 +102,38 @@ def server(
     long_poll: timedelta,
     max_polls_per_client: int,
     purge_interval: timedelta,
+    workers: int,
+    reuse_port: bool,
     log_level: str,
+    tls_cert: str | None,
+    tls_key: str | None,
+    tls_client_ca: str | None,
+    insecure: bool,
 ) -> None:
     """Run an orchestrator node."""
     from orchestrator import logging as weft_logging
     from orchestrator.server import Server
 
     weft_logging.configure(log_level)
+    _warn_of_a_visible_password(db_url)
+    tls = _tls_files(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure)
+    if workers > 1 and not reuse_port:  # (a worker of a supervisor never supervises)
+        if not db_url.startswith("postgresql"):
+            click.echo("weft server: --workers needs PostgreSQL (SQLite is one node)", err=True)
+            sys.exit(2)
+        from orchestrator.supervisor import supervise
+
+        settings = {
+            "WEFT_DATABASE_URL": db_url,
+            "WEFT_LISTEN": listen,
+            "WEFT_METRICS_LISTEN": metrics_listen,
+            "WEFT_LONG_POLL": f"{long_poll.total_seconds()}s",
+            "WEFT_MAX_POLLS_PER_CLIENT": str(max_polls_per_client),
+            "WEFT_PURGE_INTERVAL": f"{purge_interval.total_seconds()}s",
+            "WEFT_LOG_LEVEL": log_level,
+            **tls,
+        }
+        sys.exit(supervise(settings, workers))
     config = ServerConfig(
         db_url=db_url,
         listen=listen,
@@ -81,6 +141,11 @@ def server(
         long_poll=long_poll.total_seconds(),
         max_polls_per_client=max_polls_per_client,
         purge_interval=purge_interval.total_seconds(),
+        reuse_port=reuse_port,
+        tls_cert=tls_cert or "",
+        tls_key=tls_key or "",
+        tls_client_ca=tls_client_ca or "",
+        insecure=insecure,
     )
     try:
         asyncio.run(_serve(Server(config)))
@@ -92,6 +157,22 @@ def server(
         sys.exit(1)
 
 
+def _warn_of_a_visible_password(db_url: str) -> None:
+    """One line on stderr when `--db` itself carries a password: every user of
+    the machine can read a process's arguments (`ps`), not its environment."""
+    source = click.get_current_context().get_parameter_source("db_url")
+    if source is not click.core.ParameterSource.COMMANDLINE:
+        return
+    parts = urllib.parse.urlsplit(db_url)
+    query = urllib.parse.parse_qs(parts.query)
+    if parts.password or "password" in query:
+        click.echo(
+            "weft server: warning: the --db URL holds a password, which `ps` shows to"
+            " every user of this machine; set WEFT_DATABASE_URL instead",
+            err=True,
+        )
+
+
 async def _serve(node: object) -> None:
     from orchestrator.server import Server
 
@@ -101,5 +182,35 @@ async def _serve(node: object) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await node.start()
+    if node.tls is not None:  # without TLS, SIGHUP keeps its default (exit)
+        loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
     await stop.wait()
     await node.stop()
+
+
+def _tls_files(
+    listen: str,
+    metrics_listen: str,
+    cert: str | None,
+    key: str | None,
+    client_ca: str | None,
+    insecure: bool,
+) -> dict[str, str]:
+    """Check the TLS options and the secure-by-default rule (exit 2 with one line
+    when broken); returns them as the environment of `--workers` processes."""
+    if bool(cert) != bool(key):
+        raise click.UsageError("--tls-cert and --tls-key go together; give both")
+    if client_ca and not cert:
+        raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key")
+    config = ServerConfig(
+        listen=listen, metrics_listen=metrics_listen, tls_cert=cert or "", insecure=insecure
+    )
+    reason = config.insecure_reason()
+    if reason is not None:
+        click.echo(f"weft server: refusing to start: {reason}", err=True)
+        sys.exit(2)
+    env = {"WEFT_TLS_CERT": cert or "", "WEFT_TLS_KEY": key or "", "WEFT_INSECURE": ""}
+    env["WEFT_TLS_CLIENT_CA"] = client_ca or ""
+    if insecure:
+        env["WEFT_INSECURE"] = "1"
+    return {k: v for k, v in env.items() if v}

@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from orchestrator.cli.errors import EXIT_USAGE, exit_code, fail
-from orchestrator.cli.params import DURATION, server_options
+from orchestrator.cli.params import DURATION, client_tls, server_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -57,16 +57,29 @@ def worker_options(what: str, concurrency: int, grace: str) -> Callable[[F], F]:
 @click.option(
     "--allow-shell",
     is_flag=True,
-    help="run `weft.shell` tasks (shell commands, with this process's rights)",
+    help="run `weft.shell` tasks (shell commands, with this process's rights);"
+    " values in a step's command reach it as arguments, never as shell code",
+)
+@click.option(
+    "--allow-http",
+    "allow_http",
+    multiple=True,
+    metavar="HOST",
+    callback=lambda ctx, param, value: _http_policy(value),
+    help="let `weft.http` tasks reach HOST (a name or address; repeatable, or"
+    " comma-separated; `*` for any host with only public addresses). Private,"
+    " loopback and link-local addresses only if listed; redirects are checked too."
+    " Without it, weft.http tasks fail at once",
 )
 def runner(log_level: str, **options: Any) -> None:
     """Run the @activity functions found in MODULES (e.g. examples.order), and
-    the built-in weft.http (and weft.shell with --allow-shell)."""
+    the built-ins: weft.http with --allow-http HOST, weft.shell with
+    --allow-shell (each refuses its tasks without its flag)."""
     from orchestrator import logging as weft_logging
     from workers import runner as process
 
     weft_logging.configure(log_level)
-    config = process.RunnerConfig(**options)
+    config = process.RunnerConfig(**options, tls=client_tls())
     _run("runner", lambda: process.run(config))
 
 
@@ -93,8 +106,18 @@ def decider(log_level: str, **options: Any) -> None:
         )
 
     weft_logging.configure(log_level)
-    config = process.DeciderConfig(**options)
+    config = process.DeciderConfig(**options, tls=client_tls())
     _run("decider", lambda: process.run(config))
+
+
+def _http_policy(value: tuple[str, ...]) -> Any:
+    """`--allow-http` values as the runner's policy; a bad host is a usage error."""
+    from workers.builtins import HttpPolicy
+
+    try:
+        return HttpPolicy.of(value)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc)) from None
 
 
 def _run(command: str, start: Callable[[], int]) -> None:
