@@ -56,5 +56,13 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench $(if $(QUICK),--quick)
 
+# Weft under kill -9 (chaos/__init__.py): a few hundred workflows on SQLite, on
+# PostgreSQL and on two nodes, with servers, deciders, runners (and PostgreSQL,
+# when a cluster of its own can be made) killed at random; then every history is
+# checked. Never part of `make test` (its short version is). MINUTES=10 by default.
+.PHONY: chaos
+chaos: $(STAMP)
+	$(BIN)/python -m chaos $(if $(MINUTES),--minutes $(MINUTES))
+
 clean:
 	rm -rf $(VENV) .pytest_cache .mypy_cache .ruff_cache
