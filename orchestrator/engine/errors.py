@@ -39,3 +39,15 @@ class Aborted(EngineError):
 
 class Unavailable(EngineError):
     code_name = "UNAVAILABLE"
+
+
+class Unauthenticated(EngineError):
+    """No credentials, or credentials the server does not accept."""
+
+    code_name = "UNAUTHENTICATED"
+
+
+class PermissionDenied(EngineError):
+    """Credentials accepted, but their grant does not cover the call."""
+
+    code_name = "PERMISSION_DENIED"

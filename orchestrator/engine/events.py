@@ -173,6 +173,7 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         state.parent_workflow_id, state.parent_run_id = a.parent_workflow_id, a.parent_run_id
         state.parent_started_id = a.parent_started_event_id
         state.replay_of_run_id = a.replay_of_run_id
+        state.started_by = event.principal
     elif t == "DeciderScheduled":
         d.scheduled_id = event.event_id
     elif t == "DeciderStarted":
@@ -212,6 +213,7 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         assert act is not None
         act.started_id, act.started_at = event.event_id, at
         act.identity = event.activity_started.identity
+        act.principal = event.principal
     elif t == "ActivityCancelRequested":
         state.activities[
             event.activity_cancel_requested.activity_id

@@ -86,6 +86,8 @@ class ActivityState:
     started_id: int = 0
     started_at: float = 0.0
     identity: str = ""
+    principal: str = ""
+    """Who started it, as the server authenticated them (its ActivityStarted's)."""
     cancel_requested_id: int = 0
     last_heartbeat_at: float = 0.0
     heartbeat_details: str = ""
@@ -156,6 +158,8 @@ class RunState:
     parent_run_id: str = ""
     parent_started_id: int = 0
     replay_of_run_id: str = ""
+    started_by: str = ""
+    """The principal of WorkflowStarted ("" without authentication)."""
     retention: str = "parent"
     """The run's retention policy (`context` already substituted), set by a
     Marker named `retention`; `retention_hash` names its group ("": its type)."""

@@ -16,6 +16,8 @@ class TaskToken:
     started_id: int
     attempt: int = 1
     """Of a decision task: a retried attempt reuses its DeciderStarted."""
+    task_list: str = ""
+    """The list the task was polled from: a worker's grant may be narrowed to lists."""
 
 
 def check_open(state: RunState) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
 
@@ -11,6 +13,7 @@ from google.protobuf.message import Message
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
+from . import caller
 from .events import TRIGGERS, evolve, make_event
 from .limits import Limits
 from .state import RunState
@@ -46,16 +49,30 @@ class Transition:
     state_changed: bool = False
     """True when the state changed without an event (a heartbeat)."""
     _wake_decider: bool = False
+    principal: str = field(default_factory=caller.principal.get)
+    """Stamped on every event this transition appends (HistoryEvent.principal)."""
 
     def emit(self, attributes: Message) -> h.HistoryEvent:
         if not self.state.is_open:
             raise AssertionError("nothing may be appended after a close event")
         event = make_event(self.state.next_event_id, self.now, attributes)
+        if self.principal:
+            event.principal = self.principal
         evolve(self.state, event)
         self.events.append(event)
         if event.type in TRIGGERS:
             self._wake_decider = True
         return event
+
+    @contextmanager
+    def caused_by(self, principal: str) -> Iterator[None]:
+        """Stamp the events appended inside with `principal`: a task handed to a
+        waiting poll is started by that poller, inside another caller's commit."""
+        saved, self.principal = self.principal, principal
+        try:
+            yield
+        finally:
+            self.principal = saved
 
     def wake_decider(self) -> None:
         self._wake_decider = True

@@ -453,15 +453,20 @@ class StoreBase:
 
     async def token_secret(self) -> bytes:
         """The task-token signing key: made once, shared by all nodes, kept across restarts."""
+        return await self.meta_secret("token_secret")
+
+    async def meta_secret(self, name: str) -> bytes:
+        """A random key kept in server_meta under `name`: made by whichever node
+        asks first, the same for every node afterwards."""
 
         async def attempt() -> str:
             async with self._write() as conn:
                 value = await conn.scalar(
-                    select(server_meta.c.value).where(server_meta.c.key == "token_secret")
+                    select(server_meta.c.value).where(server_meta.c.key == name)
                 )
                 if value is None:
                     value = secrets.token_hex(32)
-                    await conn.execute(insert(server_meta).values(key="token_secret", value=value))
+                    await conn.execute(insert(server_meta).values(key=name, value=value))
                 return str(value)
 
         for n in range(2):

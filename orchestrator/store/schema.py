@@ -203,3 +203,28 @@ server_meta = Table(
     Column("key", ID, primary_key=True),
     Column("value", Text, nullable=False),
 )
+
+# Who may call (README "Security"): API keys and certificate principals, each
+# one grant. A key's secret is never stored: only HMAC-SHA256 of it under the
+# database's own auth key (server_meta "auth_secret"), so a copy of this table
+# alone does not let anyone in.
+credentials = Table(
+    "credentials",
+    metadata,
+    Column("id", String(64), primary_key=True),
+    Column("kind", String(16), nullable=False),  # "key" or "certificate"
+    Column("subject", ID, nullable=False),  # a certificate's CN or SAN; "" for keys
+    Column("secret_hash", String(64), nullable=False),  # "" for certificates
+    Column("name", ID, nullable=False),
+    Column("namespace", ID, nullable=False),  # "*": every namespace (admin only)
+    Column("role", String(32), nullable=False),
+    # JSON lists; empty: no narrowing.
+    Column("task_lists", Text, nullable=False),
+    Column("workflow_types", Text, nullable=False),
+    Column("signal_names", Text, nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Column("created_by", ID, nullable=False),
+    Column("expires_at", DateTime()),
+    Column("revoked_at", DateTime()),
+    Index(None, "subject"),
+)

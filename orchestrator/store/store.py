@@ -37,6 +37,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, migrate
 from .cache import CachedRun
+from .credentials import Credentials
 from .locked import LockedWrites
 from .pg_writer import PgWriter
 from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
@@ -79,6 +80,7 @@ _LOST = _Lost()
 
 class Store(LockedWrites):
     _hot: PgWriter | SqliteWriter
+    credentials: Credentials
 
     @classmethod
     async def open(
@@ -91,6 +93,7 @@ class Store(LockedWrites):
         await asyncio.to_thread(migrate.upgrade, url)
         store = cls(dialect.create_engine(url), on_commit)
         store._offer = offer
+        store.credentials = Credentials(store)
         if store.is_pg:
             store._hot = PgWriter(dialect.libpq_url(url), store.stats)
         else:

@@ -5,6 +5,7 @@ isort:skip_file
 
 from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
+from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
@@ -383,3 +384,273 @@ class PurgeClosedRunsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___PurgeClosedRunsResponse: _TypeAlias = PurgeClosedRunsResponse  # noqa: Y015
+
+@_typing.final
+class Grant(_message.Message):
+    """What a credential may do: one role in one namespace ("*": every namespace,
+    for admin only), optionally narrowed to task lists (worker), workflow types
+    (starter, signaler) and signal names (signaler).
+    """
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    ROLE_FIELD_NUMBER: _builtins.int
+    TASK_LISTS_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPES_FIELD_NUMBER: _builtins.int
+    SIGNAL_NAMES_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    role: _builtins.str
+    @_builtins.property
+    def task_lists(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def workflow_types(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    @_builtins.property
+    def signal_names(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        role: _builtins.str = ...,
+        task_lists: _abc.Iterable[_builtins.str] | None = ...,
+        workflow_types: _abc.Iterable[_builtins.str] | None = ...,
+        signal_names: _abc.Iterable[_builtins.str] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "role", b"role", "signal_names", b"signal_names", "task_lists", b"task_lists", "workflow_types", b"workflow_types"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Grant: _TypeAlias = Grant  # noqa: Y015
+
+@_typing.final
+class CreateApiKeyRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GRANT_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    """A label for people ("payments-provider"); not secret, not unique."""
+    @_builtins.property
+    def grant(self) -> Global___Grant: ...
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration:
+        """Unset: the key does not expire."""
+
+    def __init__(
+        self,
+        *,
+        grant: Global___Grant | None = ...,
+        name: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "grant", b"grant"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "grant", b"grant", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateApiKeyRequest: _TypeAlias = CreateApiKeyRequest  # noqa: Y015
+
+@_typing.final
+class CreateApiKeyResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    KEY_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    """The public part, e.g. "k_3f9a1c2e7b". Events the key causes record "key:<id>"."""
+    key: _builtins.str
+    """The whole key, to send as "authorization: Bearer <key>". Never shown again."""
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        key: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id", "key", b"key"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CreateApiKeyResponse: _TypeAlias = CreateApiKeyResponse  # noqa: Y015
+
+@_typing.final
+class AddPrincipalRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    GRANT_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    EXPIRES_AFTER_FIELD_NUMBER: _builtins.int
+    subject: _builtins.str
+    """A client certificate's common name or one of its subject alternative names."""
+    name: _builtins.str
+    @_builtins.property
+    def grant(self) -> Global___Grant: ...
+    @_builtins.property
+    def expires_after(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        subject: _builtins.str = ...,
+        grant: Global___Grant | None = ...,
+        name: _builtins.str = ...,
+        expires_after: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "grant", b"grant"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["expires_after", b"expires_after", "grant", b"grant", "name", b"name", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPrincipalRequest: _TypeAlias = AddPrincipalRequest  # noqa: Y015
+
+@_typing.final
+class AddPrincipalResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___AddPrincipalResponse: _TypeAlias = AddPrincipalResponse  # noqa: Y015
+
+@_typing.final
+class ListCredentialsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    INCLUDE_REVOKED_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    """Empty: every namespace the caller administers."""
+    include_revoked: _builtins.bool
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        include_revoked: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["include_revoked", b"include_revoked", "namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCredentialsRequest: _TypeAlias = ListCredentialsRequest  # noqa: Y015
+
+@_typing.final
+class Credential(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    SUBJECT_FIELD_NUMBER: _builtins.int
+    NAME_FIELD_NUMBER: _builtins.int
+    GRANT_FIELD_NUMBER: _builtins.int
+    CREATED_AT_FIELD_NUMBER: _builtins.int
+    CREATED_BY_FIELD_NUMBER: _builtins.int
+    EXPIRES_AT_FIELD_NUMBER: _builtins.int
+    REVOKED_AT_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    kind: _builtins.str
+    """"key" or "certificate"."""
+    subject: _builtins.str
+    name: _builtins.str
+    created_by: _builtins.str
+    @_builtins.property
+    def grant(self) -> Global___Grant: ...
+    @_builtins.property
+    def created_at(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def expires_at(self) -> _timestamp_pb2.Timestamp:
+        """Unset when it never expires / was never revoked."""
+
+    @_builtins.property
+    def revoked_at(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+        kind: _builtins.str = ...,
+        subject: _builtins.str = ...,
+        name: _builtins.str = ...,
+        grant: Global___Grant | None = ...,
+        created_at: _timestamp_pb2.Timestamp | None = ...,
+        created_by: _builtins.str = ...,
+        expires_at: _timestamp_pb2.Timestamp | None = ...,
+        revoked_at: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "expires_at", b"expires_at", "grant", b"grant", "revoked_at", b"revoked_at"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["created_at", b"created_at", "created_by", b"created_by", "expires_at", b"expires_at", "grant", b"grant", "id", b"id", "kind", b"kind", "name", b"name", "revoked_at", b"revoked_at", "subject", b"subject"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___Credential: _TypeAlias = Credential  # noqa: Y015
+
+@_typing.final
+class ListCredentialsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    CREDENTIALS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def credentials(self) -> _containers.RepeatedCompositeFieldContainer[Global___Credential]: ...
+    def __init__(
+        self,
+        *,
+        credentials: _abc.Iterable[Global___Credential] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["credentials", b"credentials"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListCredentialsResponse: _TypeAlias = ListCredentialsResponse  # noqa: Y015
+
+@_typing.final
+class RevokeCredentialRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    ID_FIELD_NUMBER: _builtins.int
+    id: _builtins.str
+    def __init__(
+        self,
+        *,
+        id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["id", b"id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeCredentialRequest: _TypeAlias = RevokeCredentialRequest  # noqa: Y015
+
+@_typing.final
+class RevokeCredentialResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RevokeCredentialResponse: _TypeAlias = RevokeCredentialResponse  # noqa: Y015

@@ -66,6 +66,26 @@ class AdminServiceStub:
                 request_serializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsResponse.FromString,
                 _registered_method=True)
+        self.CreateApiKey = channel.unary_unary(
+                '/weft.v1.AdminService/CreateApiKey',
+                request_serializer=weft_dot_v1_dot_admin__pb2.CreateApiKeyRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.CreateApiKeyResponse.FromString,
+                _registered_method=True)
+        self.AddPrincipal = channel.unary_unary(
+                '/weft.v1.AdminService/AddPrincipal',
+                request_serializer=weft_dot_v1_dot_admin__pb2.AddPrincipalRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.AddPrincipalResponse.FromString,
+                _registered_method=True)
+        self.ListCredentials = channel.unary_unary(
+                '/weft.v1.AdminService/ListCredentials',
+                request_serializer=weft_dot_v1_dot_admin__pb2.ListCredentialsRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.ListCredentialsResponse.FromString,
+                _registered_method=True)
+        self.RevokeCredential = channel.unary_unary(
+                '/weft.v1.AdminService/RevokeCredential',
+                request_serializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -117,6 +137,34 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateApiKey(self, request, context):
+        """Credentials (README "Security"): an API key is shown once, in the answer
+        that creates it; the database keeps only a keyed hash. A principal maps a
+        verified client certificate's subject (CN or a SAN) to a grant. Revoking
+        either takes effect on every node within seconds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def AddPrincipal(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCredentials(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RevokeCredential(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -149,6 +197,26 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.PurgeClosedRuns,
                     request_deserializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsRequest.FromString,
                     response_serializer=weft_dot_v1_dot_admin__pb2.PurgeClosedRunsResponse.SerializeToString,
+            ),
+            'CreateApiKey': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateApiKey,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.CreateApiKeyRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.CreateApiKeyResponse.SerializeToString,
+            ),
+            'AddPrincipal': grpc.unary_unary_rpc_method_handler(
+                    servicer.AddPrincipal,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.AddPrincipalRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.AddPrincipalResponse.SerializeToString,
+            ),
+            'ListCredentials': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCredentials,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.ListCredentialsRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.ListCredentialsResponse.SerializeToString,
+            ),
+            'RevokeCredential': grpc.unary_unary_rpc_method_handler(
+                    servicer.RevokeCredential,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -315,6 +383,114 @@ class AdminService:
             '/weft.v1.AdminService/PurgeClosedRuns',
             weft_dot_v1_dot_admin__pb2.PurgeClosedRunsRequest.SerializeToString,
             weft_dot_v1_dot_admin__pb2.PurgeClosedRunsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateApiKey(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/CreateApiKey',
+            weft_dot_v1_dot_admin__pb2.CreateApiKeyRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.CreateApiKeyResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def AddPrincipal(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/AddPrincipal',
+            weft_dot_v1_dot_admin__pb2.AddPrincipalRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.AddPrincipalResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCredentials(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/ListCredentials',
+            weft_dot_v1_dot_admin__pb2.ListCredentialsRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.ListCredentialsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RevokeCredential(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/RevokeCredential',
+            weft_dot_v1_dot_admin__pb2.RevokeCredentialRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.RevokeCredentialResponse.FromString,
             options,
             channel_credentials,
             insecure,

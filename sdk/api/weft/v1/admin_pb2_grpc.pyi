@@ -51,6 +51,15 @@ class AdminServiceStub:
     """
     PurgeClosedRuns: _grpc.UnaryUnaryMultiCallable[_admin_pb2.PurgeClosedRunsRequest, _admin_pb2.PurgeClosedRunsResponse]
     """One pass of the retention purge now (the server also runs it on its own)."""
+    CreateApiKey: _grpc.UnaryUnaryMultiCallable[_admin_pb2.CreateApiKeyRequest, _admin_pb2.CreateApiKeyResponse]
+    """Credentials (README "Security"): an API key is shown once, in the answer
+    that creates it; the database keeps only a keyed hash. A principal maps a
+    verified client certificate's subject (CN or a SAN) to a grant. Revoking
+    either takes effect on every node within seconds.
+    """
+    AddPrincipal: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AddPrincipalRequest, _admin_pb2.AddPrincipalResponse]
+    ListCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]
+    RevokeCredential: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.RevokeCredentialResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -75,6 +84,15 @@ class AdminServiceAsyncStub(AdminServiceStub):
     """
     PurgeClosedRuns: _aio.UnaryUnaryMultiCallable[_admin_pb2.PurgeClosedRunsRequest, _admin_pb2.PurgeClosedRunsResponse]  # type: ignore[assignment]
     """One pass of the retention purge now (the server also runs it on its own)."""
+    CreateApiKey: _aio.UnaryUnaryMultiCallable[_admin_pb2.CreateApiKeyRequest, _admin_pb2.CreateApiKeyResponse]  # type: ignore[assignment]
+    """Credentials (README "Security"): an API key is shown once, in the answer
+    that creates it; the database keeps only a keyed hash. A principal maps a
+    verified client certificate's subject (CN or a SAN) to a grant. Revoking
+    either takes effect on every node within seconds.
+    """
+    AddPrincipal: _aio.UnaryUnaryMultiCallable[_admin_pb2.AddPrincipalRequest, _admin_pb2.AddPrincipalResponse]  # type: ignore[assignment]
+    ListCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]  # type: ignore[assignment]
+    RevokeCredential: _aio.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.RevokeCredentialResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operators' service: locks now; namespaces, replay, retention and nodes as
@@ -132,5 +150,38 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.PurgeClosedRunsResponse, _abc.Awaitable[_admin_pb2.PurgeClosedRunsResponse]]:
         """One pass of the retention purge now (the server also runs it on its own)."""
+
+    @_abc_1.abstractmethod
+    def CreateApiKey(
+        self,
+        request: _admin_pb2.CreateApiKeyRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.CreateApiKeyResponse, _abc.Awaitable[_admin_pb2.CreateApiKeyResponse]]:
+        """Credentials (README "Security"): an API key is shown once, in the answer
+        that creates it; the database keeps only a keyed hash. A principal maps a
+        verified client certificate's subject (CN or a SAN) to a grant. Revoking
+        either takes effect on every node within seconds.
+        """
+
+    @_abc_1.abstractmethod
+    def AddPrincipal(
+        self,
+        request: _admin_pb2.AddPrincipalRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.AddPrincipalResponse, _abc.Awaitable[_admin_pb2.AddPrincipalResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListCredentials(
+        self,
+        request: _admin_pb2.ListCredentialsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListCredentialsResponse, _abc.Awaitable[_admin_pb2.ListCredentialsResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RevokeCredential(
+        self,
+        request: _admin_pb2.RevokeCredentialRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.RevokeCredentialResponse, _abc.Awaitable[_admin_pb2.RevokeCredentialResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -416,6 +416,7 @@ class PendingActivity(_message.Message):
     IDENTITY_FIELD_NUMBER: _builtins.int
     HEARTBEAT_DETAILS_FIELD_NUMBER: _builtins.int
     LAST_HEARTBEAT_TIME_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
     activity_id: _builtins.str
     state: _builtins.str
     """"scheduled", "started" or "cancel_requested"."""
@@ -423,6 +424,8 @@ class PendingActivity(_message.Message):
     started_event_id: _builtins.int
     task_list: _builtins.str
     identity: _builtins.str
+    principal: _builtins.str
+    """The worker as the server authenticated it (its ActivityStarted's principal)."""
     @_builtins.property
     def activity_type(self) -> _common_pb2.ActivityType: ...
     @_builtins.property
@@ -441,10 +444,11 @@ class PendingActivity(_message.Message):
         identity: _builtins.str = ...,
         heartbeat_details: _common_pb2.Payload | None = ...,
         last_heartbeat_time: _timestamp_pb2.Timestamp | None = ...,
+        principal: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["activity_type", b"activity_type", "heartbeat_details", b"heartbeat_details", "last_heartbeat_time", b"last_heartbeat_time"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_id", b"activity_id", "activity_type", b"activity_type", "heartbeat_details", b"heartbeat_details", "identity", b"identity", "last_heartbeat_time", b"last_heartbeat_time", "scheduled_event_id", b"scheduled_event_id", "started_event_id", b"started_event_id", "state", b"state", "task_list", b"task_list"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["activity_id", b"activity_id", "activity_type", b"activity_type", "heartbeat_details", b"heartbeat_details", "identity", b"identity", "last_heartbeat_time", b"last_heartbeat_time", "principal", b"principal", "scheduled_event_id", b"scheduled_event_id", "started_event_id", b"started_event_id", "state", b"state", "task_list", b"task_list"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -492,6 +496,7 @@ class DescribeWorkflowResponse(_message.Message):
     DECIDER_FAILURE_CAUSE_FIELD_NUMBER: _builtins.int
     DECIDER_FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
     DECIDER_RETRY_TIME_FIELD_NUMBER: _builtins.int
+    STARTED_BY_FIELD_NUMBER: _builtins.int
     decider_state: _builtins.str
     """"none", "scheduled", "started", "started+scheduled", or "retrying" (a failed
     attempt waits out its backoff, or for a poller).
@@ -503,6 +508,8 @@ class DescribeWorkflowResponse(_message.Message):
     """
     decider_failure_cause: _builtins.str
     decider_failure_message: _builtins.str
+    started_by: _builtins.str
+    """The principal that started the run ("" on a server without authentication)."""
     @_builtins.property
     def info(self) -> _common_pb2.WorkflowExecutionInfo: ...
     @_builtins.property
@@ -534,10 +541,11 @@ class DescribeWorkflowResponse(_message.Message):
         decider_failure_cause: _builtins.str = ...,
         decider_failure_message: _builtins.str = ...,
         decider_retry_time: _timestamp_pb2.Timestamp | None = ...,
+        started_by: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_retry_time", b"decider_retry_time", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_attempt", b"decider_attempt", "decider_failure_cause", b"decider_failure_cause", "decider_failure_message", b"decider_failure_message", "decider_retry_time", b"decider_retry_time", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "locks", b"locks", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_attempt", b"decider_attempt", "decider_failure_cause", b"decider_failure_cause", "decider_failure_message", b"decider_failure_message", "decider_retry_time", b"decider_retry_time", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "locks", b"locks", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers", "started_by", b"started_by"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
