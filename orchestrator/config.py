@@ -34,23 +34,43 @@ class ServerConfig:
     tls_client_ca: str = ""
     """PEM CA(s) client certificates must be issued by; set: mutual TLS, required."""
     insecure: bool = False
-    """Serve plaintext on a non-loopback address anyway (`--insecure`)."""
+    """Serve a non-loopback address without TLS or authentication anyway (`--insecure`)."""
+    auth: bool = False
+    """Every call needs an API key or a certificate principal (`--auth`)."""
+    max_polls_per_principal: int = 1000
+    """Long polls one authenticated principal may have waiting at once on this node."""
+    max_requests_per_principal: float = 5000.0
+    """Requests per second one authenticated principal may make to this node; 0: no limit."""
 
     def insecure_reason(self) -> str | None:
-        """Why this server must not start: plaintext on a non-loopback listener
-        without `--insecure`. None when it may."""
-        if self.tls_cert or self.insecure:
+        """Why this server must not start: a non-loopback listener without TLS,
+        or without authentication (`--auth`, or client certificates required),
+        and without `--insecure`. None when it may."""
+        if self.insecure:
             return None
-        for option, address in (
-            ("--listen", self.listen),
-            ("--metrics-listen", self.metrics_listen),
-        ):
-            if address and not is_loopback(address):
-                return (
-                    f"{option} {address} is not a loopback address and TLS is off:"
-                    " give --tls-cert and --tls-key (TLS is required off loopback),"
-                    " or --insecure to serve plaintext anyway"
-                )
+        exposed = [
+            (option, address)
+            for option, address in (
+                ("--listen", self.listen),
+                ("--metrics-listen", self.metrics_listen),
+            )
+            if address and not is_loopback(address)
+        ]
+        if not exposed:
+            return None
+        option, address = exposed[0]
+        if not self.tls_cert:
+            return (
+                f"{option} {address} is not a loopback address and TLS is off:"
+                " give --tls-cert and --tls-key (TLS is required off loopback),"
+                " or --insecure to serve plaintext anyway"
+            )
+        if not (self.auth or self.tls_client_ca):
+            return (
+                f"{option} {address} is not a loopback address and authentication is off:"
+                " give --auth (API keys, certificate principals) or --tls-client-ca,"
+                " or --insecure to let anyone who reaches the port call"
+            )
         return None
 
 

@@ -13,8 +13,10 @@ from grpc_reflection.v1alpha import reflection
 
 from orchestrator.api import handlers
 from orchestrator.api.admin import AdminService
+from orchestrator.api.guard import Guard
 from orchestrator.api.service import ServiceSettings, WorkflowService
 from orchestrator.api.tokens import TokenCodec
+from orchestrator.auth.gate import Authenticator, PrincipalLimits
 from orchestrator.config import ServerConfig
 from orchestrator.dispatch.listener import listen
 from orchestrator.dispatch.pollers import FLUSH_EVERY as POLLERS_FLUSH_EVERY
@@ -51,6 +53,7 @@ class Server:
         self._pollers = PollerSightings()
         self.metrics = Metrics()
         self.tls: ServerTls | None = None
+        self.guard: Guard | None = None
 
     def _committed(self, c: Committed) -> None:
         self.metrics.events.inc(c.events)
@@ -80,10 +83,23 @@ class Server:
             defaults=self.config.defaults,
         )
         pollers = self._pollers
-        self._service = WorkflowService(
-            store, tokens, self._wakeups, settings, self.metrics, pollers
+        authenticator = None
+        if self.config.auth:
+            authenticator = Authenticator(store.credentials, await store.credentials.auth_secret())
+        self.guard = Guard(
+            store,
+            tokens,
+            authenticator,
+            PrincipalLimits(
+                self.config.max_polls_per_principal, self.config.max_requests_per_principal
+            ),
         )
-        admin = AdminService(store, tokens, self._wakeups, settings, self.metrics, pollers)
+        self._service = WorkflowService(
+            store, tokens, self._wakeups, settings, self.metrics, pollers, self.guard
+        )
+        admin = AdminService(
+            store, tokens, self._wakeups, settings, self.metrics, pollers, self.guard
+        )
         # A commit on this node hands its new tasks to polls waiting here.
         store.set_offer(self._service.polls.offer)
         self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
@@ -147,6 +163,7 @@ class Server:
             listen=self.config.listen,
             port=self.port,
             tls="mutual" if self.tls and self.tls.mutual else "on" if self.tls else "off",
+            auth="required" if self.config.auth else "off",
             db=_safe(self.config.db_url),
         )
         return self.port
@@ -191,10 +208,13 @@ class Server:
                 log.warning("pollers.write_failed", error=str(exc)[:200])
 
     def _on_change(self, kind: str, subject: str) -> None:
-        """Another node's news: a namespace's types were registered anew, or a
-        run closed (its followers here read its last events now)."""
+        """Another node's news: a namespace's types were registered anew, a
+        credential was revoked, or a run closed (its followers here read its
+        last events now)."""
         if kind == "types" and self._store is not None:
             self._store.types.forget(subject)
+        elif kind == "credentials" and self.guard is not None:
+            self.guard.forget(subject)
         elif kind == "closed":
             self._wakeups.wake(("run", subject))
 
@@ -207,6 +227,8 @@ class Server:
         self._wakeups.wake_all()
         if self._store is not None:
             self._store.types.clear()
+        if self.guard is not None:
+            self.guard.forget_all()
 
     async def wait(self) -> None:
         assert self._grpc is not None

@@ -19,7 +19,8 @@ from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 
 from . import validate
-from .common import Ctx, ServiceBase, optional_payload, timestamp
+from .common import Ctx, optional_payload, timestamp
+from .credentials import CredentialsAdmin
 from .errors import grpc_errors
 
 log = structlog.get_logger("weft.api")
@@ -34,7 +35,7 @@ def _holder(entry: LockEntry) -> a.LockHolder:
     )
 
 
-class AdminService(ServiceBase, ag.AdminServiceServicer):
+class AdminService(CredentialsAdmin, ag.AdminServiceServicer):
     @grpc_errors
     async def ListLocks(self, req: a.ListLocksRequest, ctx: Ctx) -> a.ListLocksResponse:
         ns = validate.namespace(req.namespace)

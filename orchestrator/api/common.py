@@ -11,6 +11,7 @@ from typing import Any
 import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from orchestrator.auth.gate import PrincipalLimits
 from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
 from orchestrator.dispatch.wakeups import Wakeups, wait
@@ -22,6 +23,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 from sdk.api.weft.v1 import service_pb2 as s
 
 from . import paging
+from .guard import Guard
 from .tokens import TokenCodec
 
 Ctx = grpc.aio.ServicerContext[Any, Any]
@@ -94,8 +96,11 @@ class ServiceBase:
         settings: ServiceSettings,
         metrics: Metrics,
         pollers: PollerSightings,
+        guard: Guard | None = None,
     ) -> None:
         self.metrics = metrics
+        # Authentication off unless the server hands a guard that requires it.
+        self.guard = guard or Guard(store, tokens, None, PrincipalLimits(0, 0))
         self._store = store
         self._tokens = tokens
         self._wakeups = wakeups

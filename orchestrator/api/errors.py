@@ -34,7 +34,8 @@ def grpc_errors(
                     f"the request is not a valid {request.message}: {request.error}"
                 )
             validate.request(request, self._settings.limits)
-            return await method(self, request, context)
+            async with self.guard.admit(method.__name__, request, context):
+                return await method(self, request, context)
         except EngineError as exc:
             code = exc.code_name
             log.info("rpc.refused", rpc=method.__name__, code=code, reason=str(exc))

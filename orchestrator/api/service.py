@@ -216,6 +216,7 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
             decider_attempt=d.attempt if st.is_open else 0,
             decider_failure_cause=d.failure_cause,
             decider_failure_message=d.failure_message,
+            started_by=st.started_by,
         )
         if d.backoff_until:
             resp.decider_retry_time.CopyFrom(timestamp(d.backoff_until))
@@ -232,6 +233,7 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
                 started_event_id=act.started_id,
                 task_list=act.task_list,
                 identity=act.identity,
+                principal=act.principal,
             )
             details = activities.last_heartbeat(act)
             if details is not None:

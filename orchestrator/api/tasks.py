@@ -14,6 +14,7 @@ import structlog
 
 from orchestrator.dispatch.polls import client_of
 from orchestrator.engine import activity as activities
+from orchestrator.engine import caller
 from orchestrator.engine.children import ChildType
 from orchestrator.engine.decisions import (
     ActivityDefaults,
@@ -118,8 +119,11 @@ class TaskService(ServiceBase):
         validate.name("task_list", req.task_list)
         key = TaskListKey(ns, DECISION, req.task_list)
 
+        poller = caller.principal.get()
+
         def take(t: Transition, scheduled_id: int) -> DecisionStart:
-            return DecisionStart.of(t, start_decision_task(t, scheduled_id, req.identity))
+            with t.caused_by(poller):
+                return DecisionStart.of(t, start_decision_task(t, scheduled_id, req.identity))
 
         got = await self._long_poll(
             key,
@@ -134,7 +138,7 @@ class TaskService(ServiceBase):
         self.metrics.tasks_claimed.labels(DECISION).inc()
         run, started_id = got.key, got.started_id
         limit = self._settings.limits.events_per_run
-        token = TaskToken(run, DECISION, got.scheduled_id, started_id, got.attempt)
+        token = TaskToken(run, DECISION, got.scheduled_id, started_id, got.attempt, req.task_list)
         # A decider whose cache holds the run up to its previous task gets only
         # what came since; any other gets the whole history, in pages.
         sticky = bool(req.cache_id) and got.cached_by == req.cache_id
@@ -311,8 +315,11 @@ class TaskService(ServiceBase):
         validate.name("task_list", req.task_list)
         key = TaskListKey(ns, ACTIVITY, req.task_list)
 
+        poller = caller.principal.get()
+
         def take(t: Transition, scheduled_id: int) -> ActivityStart:
-            act = activities.start_activity_task(t, scheduled_id, req.identity)
+            with t.caused_by(poller):
+                act = activities.start_activity_task(t, scheduled_id, req.identity)
             return ActivityStart.of(t, act.activity_id, scheduled_id)
 
         got = await self._long_poll(
@@ -335,7 +342,7 @@ class TaskService(ServiceBase):
                 run.run_id, got.scheduled_id, got.scheduled_id
             )
         attrs = scheduled.activity_scheduled
-        token = TaskToken(run, ACTIVITY, got.scheduled_id, started_id)
+        token = TaskToken(run, ACTIVITY, got.scheduled_id, started_id, 1, req.task_list)
         log.info(
             "activity.started",
             namespace=ns,

@@ -32,6 +32,7 @@ class TokenCodec:
                 token.scheduled_id,
                 token.started_id,
                 token.attempt,
+                token.task_list,
             ],
             separators=(",", ":"),
         ).encode()
@@ -46,5 +47,9 @@ class TokenCodec:
         ns, wf, run, token_kind, scheduled, started, *rest = json.loads(body)
         if token_kind != kind:
             raise InvalidArgument(f"task_token is for a {token_kind} task, not a {kind} task")
-        attempt = int(rest[0]) if rest else 1  # tokens issued before attempts existed
-        return TaskToken(RunKey(ns, wf, run), token_kind, int(scheduled), int(started), attempt)
+        # Tokens issued before attempts (or task lists) existed are shorter.
+        attempt = int(rest[0]) if rest else 1
+        task_list = str(rest[1]) if len(rest) > 1 else ""
+        return TaskToken(
+            RunKey(ns, wf, run), token_kind, int(scheduled), int(started), attempt, task_list
+        )

@@ -1,0 +1,191 @@
+"""What every call passes through before its handler (`errors.grpc_errors`):
+who the caller is, whether their grant covers this call on what it touches,
+the per-principal limits, and the audit line of the calls that need one.
+
+With authentication off (a loopback server without `--auth`) only the audit
+lines remain; every caller may do everything, as before.
+"""
+
+from __future__ import annotations
+
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from contextvars import ContextVar
+from typing import Any
+
+import grpc
+import structlog
+
+from orchestrator.auth.gate import Authenticator, Caller, PrincipalLimits
+from orchestrator.auth.grants import AUDITED, Refused, Scope
+from orchestrator.engine import caller
+from orchestrator.engine.errors import PermissionDenied
+from orchestrator.store.store import Store
+
+from . import validate
+from .tokens import TokenCodec
+
+audit_log = structlog.get_logger("weft.audit")
+Ctx = grpc.aio.ServicerContext[Any, Any]
+
+# The whole caller, for the handlers that decide by its grants (credentials).
+_caller: ContextVar[Caller | None] = ContextVar("weft_caller", default=None)
+
+
+def current_caller() -> Caller | None:
+    """The authenticated caller of the call being served (None: authentication is off)."""
+    return _caller.get()
+
+
+_POLLS = frozenset({"PollForDecisionTask", "PollForActivityTask"})
+_TOKEN_KINDS = {
+    "RespondDecisionTaskCompleted": "decision",
+    "RespondDecisionTaskFailed": "decision",
+    "RecordActivityHeartbeat": "activity",
+    "RespondActivityTaskCompleted": "activity",
+    "RespondActivityTaskFailed": "activity",
+    "RespondActivityTaskCanceled": "activity",
+}
+# Namespace fields other than `namespace`.
+_NAMESPACE_NAMED = frozenset({"RegisterNamespace", "DescribeNamespace"})
+# Calls on credentials: the namespace is the grant's, checked by the handler.
+_CREDENTIALS = frozenset({"CreateApiKey", "AddPrincipal", "ListCredentials", "RevokeCredential"})
+
+
+class Guard:
+    def __init__(
+        self,
+        store: Store,
+        tokens: TokenCodec,
+        authenticator: Authenticator | None,
+        limits: PrincipalLimits,
+    ) -> None:
+        self._store = store
+        self._tokens = tokens
+        self._authenticator = authenticator
+        self._limits = limits
+
+    @property
+    def required(self) -> bool:
+        return self._authenticator is not None
+
+    def forget(self, credential_id: str) -> None:
+        if self._authenticator is not None:
+            self._authenticator.forget(credential_id)
+
+    def forget_all(self) -> None:
+        if self._authenticator is not None:
+            self._authenticator.forget_all()
+
+    @asynccontextmanager
+    async def admit(self, rpc: str, request: Any, ctx: Ctx) -> AsyncIterator[Caller | None]:
+        """Let the call in (as its caller, stamped on what it appends) or raise
+        UNAUTHENTICATED / PERMISSION_DENIED / RESOURCE_EXHAUSTED before it does anything."""
+        who: Caller | None = None
+        outcome = "refused"
+        try:
+            if self._authenticator is not None:
+                who = await self._authenticator.caller(_authorization(ctx), _subjects(ctx))
+                scope = await self._scope(rpc, request, who)
+                try:
+                    who.check(rpc, scope)
+                except Refused as exc:
+                    raise PermissionDenied(str(exc)) from None
+                self._limits.spend(who.principal)
+            token = caller.principal.set(who.principal if who else "")
+            whole = _caller.set(who)
+            outcome = "failed"  # let in; set to "ok" if the handler returns
+            try:
+                if who is not None and rpc in _POLLS:
+                    with self._limits.poll(who.principal):
+                        yield who
+                else:
+                    yield who
+                outcome = "ok"
+            finally:
+                caller.principal.reset(token)
+                _caller.reset(whole)
+        finally:
+            if rpc in AUDITED:
+                _audit(rpc, request, who, ctx, outcome)
+
+    async def _scope(self, rpc: str, req: Any, who: Caller) -> Scope:
+        """What the call touches, as far as grants care; the run is read only
+        when the caller's grant is narrowed to what only the run knows."""
+        if rpc in _CREDENTIALS or rpc == "PurgeClosedRuns":
+            return Scope()
+        if rpc in _TOKEN_KINDS:
+            token = self._tokens.decode(req.task_token, _TOKEN_KINDS[rpc])
+            return Scope(namespace=token.key.namespace, task_list=token.task_list)
+        if rpc in _NAMESPACE_NAMED:
+            return Scope(namespace=validate.namespace(req.name))
+        if rpc == "SignalWithStartWorkflow":
+            return Scope(
+                namespace=validate.namespace(req.start.namespace),
+                workflow_type=req.start.workflow_type.name,
+                signal_name=req.signal_name,
+            )
+        ns = validate.namespace(req.namespace)
+        if rpc in _POLLS or rpc == "DescribeTaskList":
+            return Scope(namespace=ns, task_list=req.task_list)
+        if rpc == "StartWorkflow":
+            return Scope(namespace=ns, workflow_type=req.workflow_type.name)
+        if rpc in ("SignalWorkflow", "RequestCancelWorkflow"):
+            signal = req.signal_name if rpc == "SignalWorkflow" else None
+            wtype = None
+            if who.narrowed("workflow_types"):
+                wtype = (await self._run(ns, req.execution)).workflow_type
+            return Scope(namespace=ns, workflow_type=wtype, signal_name=signal)
+        if rpc == "GetWorkflowHistory" and who.narrowed("task_lists"):
+            # A decider narrowed to its task lists reads the runs decided there.
+            return Scope(namespace=ns, task_list=(await self._run(ns, req.execution)).task_list)
+        return Scope(namespace=ns)
+
+    async def _run(self, ns: str, execution: Any) -> Any:
+        return await self._store.find_run(ns, execution.workflow_id, execution.run_id)
+
+
+def _authorization(ctx: Ctx) -> str:
+    for key, value in ctx.invocation_metadata() or ():
+        if key == "authorization":
+            return value if isinstance(value, str) else value.decode(errors="replace")
+    return ""
+
+
+def _subjects(ctx: Ctx) -> list[str]:
+    """A verified client certificate's common name and subject alternative names
+    (gRPC fills these in only after verifying the chain against the client CA)."""
+    auth = ctx.auth_context() or {}
+    found: list[str] = []
+    for field in ("x509_common_name", "x509_subject_alternative_name"):
+        for value in auth.get(field, ()):
+            text = value.decode(errors="replace") if isinstance(value, bytes) else str(value)
+            if text and text not in found:
+                found.append(text)
+    return found
+
+
+def _namespace_of(rpc: str, req: Any) -> str:
+    if rpc in _NAMESPACE_NAMED:
+        return str(req.name)
+    grant = getattr(req, "grant", None)
+    if grant is not None:
+        return str(grant.namespace)
+    return str(getattr(req, "namespace", ""))
+
+
+def _audit(rpc: str, req: Any, who: Caller | None, ctx: Ctx, outcome: str) -> None:
+    execution = getattr(req, "execution", None)
+    audit_log.info(
+        "audit",
+        rpc=rpc,
+        outcome=outcome,
+        principal=who.principal if who else "",
+        identity=getattr(req, "identity", ""),
+        namespace=_namespace_of(rpc, req),
+        workflow_id=execution.workflow_id if execution is not None else "",
+        run_id=execution.run_id if execution is not None else "",
+        lock=getattr(req, "lock_name", ""),
+        credential=getattr(req, "id", ""),
+        peer=ctx.peer(),
+    )

@@ -1,0 +1,188 @@
+"""Who is calling: an API key or a verified client certificate, found in the
+credentials table and remembered for a while; and what one caller may use at
+once (per-principal limits).
+
+A credential read from the database is kept for `REMEMBER` seconds. Revoking
+one drops it here at once on the node that revoked it, and on every other node
+when the change notice arrives (PostgreSQL); the time limit bounds how long a
+lost notice could keep a revoked credential working.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from datetime import UTC, datetime
+
+from orchestrator.engine.errors import ResourceExhausted, Unauthenticated
+from orchestrator.store.credentials import KEY, CredentialRow, Credentials
+
+from . import keys
+from .grants import Grant, Refused, Scope
+
+REMEMBER = 30.0
+BEARER = "bearer "
+
+
+@dataclass(frozen=True)
+class Caller:
+    principal: str
+    """As recorded in events: "key:<id>" or "certificate:<subject>"."""
+    grants: tuple[Grant, ...]
+
+    def check(self, rpc: str, scope: Scope) -> None:
+        """Raise `Refused` unless one of the caller's grants allows the call."""
+        refusals = []
+        for grant in self.grants:
+            try:
+                grant.check(rpc, scope)
+                return
+            except Refused as exc:
+                refusals.append(str(exc))
+        raise Refused(f"{self.principal} may not call {rpc}: {'; '.join(refusals)}")
+
+    def narrowed(self, attribute: str) -> bool:
+        """Whether a grant of the caller narrows `attribute` (e.g. "workflow_types")."""
+        return any(getattr(g, attribute) for g in self.grants)
+
+
+def grant_of(row: CredentialRow) -> Grant:
+    return Grant(
+        namespace=row.namespace,
+        role=row.role,
+        task_lists=frozenset(row.task_lists),
+        workflow_types=frozenset(row.workflow_types),
+        signal_names=frozenset(row.signal_names),
+    )
+
+
+class Authenticator:
+    def __init__(self, credentials: Credentials, auth_secret: bytes) -> None:
+        self._credentials = credentials
+        self._secret = auth_secret
+        self._keys: dict[str, tuple[float, CredentialRow | None]] = {}
+        self._subjects: dict[tuple[str, ...], tuple[float, list[CredentialRow]]] = {}
+
+    def forget(self, credential_id: str) -> None:
+        """A credential changed (revoked here or on another node)."""
+        self._keys.pop(credential_id, None)
+        self._subjects.clear()
+
+    def forget_all(self) -> None:
+        self._keys.clear()
+        self._subjects.clear()
+
+    async def caller(self, authorization: str, subjects: list[str]) -> Caller:
+        """The caller an `authorization` header or else a certificate's subjects
+        name; `Unauthenticated` with the reason when neither does."""
+        now = datetime.now(UTC)
+        if authorization:
+            return await self._key_caller(authorization, now)
+        if subjects:
+            return await self._certificate_caller(subjects, now)
+        raise Unauthenticated(
+            "this server requires credentials: an API key (authorization: Bearer <key>) "
+            "or a client certificate of a principal"
+        )
+
+    async def _key_caller(self, authorization: str, now: datetime) -> Caller:
+        if not authorization.lower().startswith(BEARER):
+            raise Unauthenticated("the authorization header must be 'Bearer <API key>'")
+        parts = keys.split(authorization[len(BEARER) :].strip())
+        if parts is None:
+            raise Unauthenticated("the API key is malformed (keys look like weft.k_….…)")
+        key_id, secret = parts
+        row = await self._key(key_id)
+        if (
+            row is None
+            or row.kind != KEY
+            or not keys.matches(self._secret, secret, row.secret_hash)
+        ):
+            raise Unauthenticated(f"API key {key_id} is not valid")
+        if row.revoked_at is not None:
+            raise Unauthenticated(f"API key {key_id} was revoked")
+        if row.expires_at is not None and now >= row.expires_at:
+            raise Unauthenticated(f"API key {key_id} has expired")
+        return Caller(f"key:{key_id}", (grant_of(row),))
+
+    async def _key(self, key_id: str) -> CredentialRow | None:
+        remembered = self._keys.get(key_id)
+        if remembered is not None and time.monotonic() - remembered[0] < REMEMBER:
+            return remembered[1]
+        row = await self._credentials.get(key_id)
+        if (
+            row is not None
+        ):  # unknown ids are not remembered: a key made on another node works at once
+            self._keys[key_id] = (time.monotonic(), row)
+        return row
+
+    async def _certificate_caller(self, subjects: list[str], now: datetime) -> Caller:
+        wanted = tuple(sorted(set(subjects)))
+        remembered = self._subjects.get(wanted)
+        if remembered is not None and time.monotonic() - remembered[0] < REMEMBER:
+            rows = remembered[1]
+        else:
+            rows = await self._credentials.for_subjects(list(wanted))
+            # As for keys, a subject nobody added is not remembered: a principal
+            # added through another node works at once.
+            if rows:
+                self._subjects[wanted] = (time.monotonic(), rows)
+        usable = [r for r in rows if r.usable_at(now)]
+        if not usable:
+            raise Unauthenticated(
+                f"the client certificate ({', '.join(wanted)}) is not a principal of this "
+                "server, or its principal was revoked or has expired"
+            )
+        return Caller(f"certificate:{usable[0].subject}", tuple(grant_of(r) for r in usable))
+
+
+@dataclass
+class _Bucket:
+    tokens: float
+    at: float
+
+
+class PrincipalLimits:
+    """Per principal: long polls waiting at once, and requests per second (a
+    token bucket holding up to two seconds' worth)."""
+
+    def __init__(self, max_polls: int, rate: float) -> None:
+        self.max_polls = max_polls
+        self.rate = rate
+        self._polls: dict[str, int] = {}
+        self._buckets: dict[str, _Bucket] = {}
+
+    def spend(self, principal: str) -> None:
+        if self.rate <= 0:
+            return
+        now = time.monotonic()
+        bucket = self._buckets.get(principal)
+        if bucket is None:
+            bucket = self._buckets[principal] = _Bucket(2 * self.rate, now)
+        bucket.tokens = min(2 * self.rate, bucket.tokens + (now - bucket.at) * self.rate)
+        bucket.at = now
+        if bucket.tokens < 1:
+            raise ResourceExhausted(
+                f"{principal} is over its request rate ({self.rate:g}/s); slow down and retry"
+            )
+        bucket.tokens -= 1
+
+    @contextmanager
+    def poll(self, principal: str) -> Iterator[None]:
+        waiting = self._polls.get(principal, 0)
+        if self.max_polls and waiting >= self.max_polls:
+            raise ResourceExhausted(
+                f"{principal} already has {waiting} polls waiting (the limit); "
+                "use fewer pollers or ask for a higher --max-polls-per-principal"
+            )
+        self._polls[principal] = waiting + 1
+        try:
+            yield
+        finally:
+            left = self._polls[principal] - 1
+            if left:
+                self._polls[principal] = left
+            else:
+                del self._polls[principal]
