@@ -100,6 +100,11 @@ class AsyncClient:
     (with `cert` and `key`, mutual TLS); `tls=True` over TLS trusting the system's
     root certificates; the default is plaintext. A failed handshake raises
     `TlsError` (an `UnavailableError`) at once, without retrying.
+
+    `api_key` is sent with every call (`authorization: Bearer <key>`) to a
+    server that requires credentials (`weft server --auth`). Refused
+    credentials raise `UnauthenticatedError`; a call outside the key's grant
+    raises `PermissionDeniedError`. Neither is retried.
     """
 
     def __init__(
@@ -111,8 +116,11 @@ class AsyncClient:
         converter: PayloadConverter = DEFAULT_CONVERTER,
         retry: RetryPolicy = DEFAULT_RETRY,
         tls: TlsConfig | bool | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.address = address
+        self.api_key = api_key or None
+        self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         self.namespace = namespace
         self.identity = identity or default_identity()
         self.converter = converter
@@ -135,6 +143,7 @@ class AsyncClient:
             converter=self.converter,
             retry=self.retry,
             tls=self.tls,
+            api_key=self.api_key,
         )
         twin._own_connection = True
         return twin
@@ -307,6 +316,82 @@ class AsyncClient:
             ),
         )
         return WorkflowDescription.from_proto(resp, self.converter)
+
+    # -- credentials (an admin's calls; README "Security") -------------------------------
+
+    async def create_api_key(
+        self,
+        role: str,
+        *,
+        namespace: str | None = None,
+        task_lists: list[str] | None = None,
+        workflow_types: list[str] | None = None,
+        signal_names: list[str] | None = None,
+        expires_after: timedelta | None = None,
+        name: str = "",
+    ) -> tuple[str, str]:
+        """Create an API key with one grant; returns (id, key). The key is shown
+        only here: the server keeps a keyed hash of it."""
+        req = a.CreateApiKeyRequest(
+            grant=self._grant(role, namespace, task_lists, workflow_types, signal_names),
+            name=name,
+            expires_after=duration(expires_after),
+        )
+        resp = await self.rpc("CreateApiKey", req)
+        return resp.id, resp.key
+
+    async def add_principal(
+        self,
+        subject: str,
+        role: str,
+        *,
+        namespace: str | None = None,
+        task_lists: list[str] | None = None,
+        workflow_types: list[str] | None = None,
+        signal_names: list[str] | None = None,
+        expires_after: timedelta | None = None,
+        name: str = "",
+    ) -> str:
+        """Let a client certificate whose CN or SAN is `subject` call with this
+        grant (the server must require client certificates); returns its id."""
+        req = a.AddPrincipalRequest(
+            subject=subject,
+            grant=self._grant(role, namespace, task_lists, workflow_types, signal_names),
+            name=name,
+            expires_after=duration(expires_after),
+        )
+        resp = await self.rpc("AddPrincipal", req)
+        return str(resp.id)
+
+    async def list_credentials(
+        self, *, namespace: str = "", include_revoked: bool = False
+    ) -> list[a.Credential]:
+        """The keys and principals of the namespaces the caller administers."""
+        resp = await self.rpc(
+            "ListCredentials",
+            a.ListCredentialsRequest(namespace=namespace, include_revoked=include_revoked),
+        )
+        return list(resp.credentials)
+
+    async def revoke_credential(self, credential_id: str) -> None:
+        """Revoke a key or a principal; every node refuses it within seconds."""
+        await self.rpc("RevokeCredential", a.RevokeCredentialRequest(id=credential_id))
+
+    def _grant(
+        self,
+        role: str,
+        namespace: str | None,
+        task_lists: list[str] | None,
+        workflow_types: list[str] | None,
+        signal_names: list[str] | None,
+    ) -> a.Grant:
+        return a.Grant(
+            namespace=self.namespace if namespace is None else namespace,
+            role=role,
+            task_lists=task_lists or [],
+            workflow_types=workflow_types or [],
+            signal_names=signal_names or [],
+        )
 
     async def register_namespace(
         self, name: str, *, retention: str = "", description: str = ""
@@ -519,7 +604,7 @@ class AsyncClient:
                 self._admin_service() if method in _ADMIN_METHODS else self._service(), method
             )
             try:
-                return await call(request, timeout=seconds)
+                return await call(request, timeout=seconds, metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout == POLL_TIMEOUT:

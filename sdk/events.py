@@ -38,22 +38,35 @@ class Event:
     type: str
     timestamp: datetime
     attributes: dict[str, Any] = field(default_factory=dict)
+    principal: str = ""
+    """Who caused it, as the server authenticated them ("key:<id>",
+    "certificate:<subject>"); empty for the service's own events, and on a
+    server without authentication."""
 
     def get(self, name: str, default: Any = None) -> Any:
         return self.attributes.get(name, default)
 
     def to_json(self) -> dict[str, Any]:
-        return {
+        doc: dict[str, Any] = {
             "event_id": self.event_id,
             "type": self.type,
             "timestamp": rfc3339(self.timestamp),
             "attributes": self.attributes,
         }
+        if self.principal:
+            doc["principal"] = self.principal
+        return doc
 
     @classmethod
     def from_json(cls, doc: dict[str, Any]) -> Event:
         stamp = datetime.fromisoformat(str(doc["timestamp"]).replace("Z", "+00:00"))
-        return cls(int(doc["event_id"]), str(doc["type"]), stamp, dict(doc.get("attributes", {})))
+        return cls(
+            int(doc["event_id"]),
+            str(doc["type"]),
+            stamp,
+            dict(doc.get("attributes", {})),
+            str(doc.get("principal", "")),
+        )
 
 
 def rfc3339(moment: datetime) -> str:
@@ -73,7 +86,7 @@ def event_from_proto(
     except PayloadDecodeError as exc:
         raise PayloadDecodeError(f"event {msg.event_id} ({msg.type}): {exc}") from None
     stamp = msg.timestamp.ToDatetime(tzinfo=UTC)
-    return Event(msg.event_id, msg.type, stamp, attrs)
+    return Event(msg.event_id, msg.type, stamp, attrs, msg.principal)
 
 
 def events_from_json(doc: dict[str, Any] | list[dict[str, Any]]) -> list[Event]:

@@ -14,6 +14,7 @@ from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
 from datetime import timedelta
 from typing import Any, Literal, TypeVar
 
+from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.client import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, AsyncClient
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.errors import WeftError
@@ -44,6 +45,7 @@ class Client:
         converter: PayloadConverter = DEFAULT_CONVERTER,
         retry: RetryPolicy = DEFAULT_RETRY,
         tls: TlsConfig | bool | None = None,
+        api_key: str | None = None,
     ) -> None:
         self.aio = AsyncClient(
             address,
@@ -52,6 +54,7 @@ class Client:
             converter=converter,
             retry=retry,
             tls=tls,
+            api_key=api_key,
         )
         self.loop = asyncio.new_event_loop()
         self._thread = threading.Thread(
@@ -203,6 +206,23 @@ class Client:
 
     def history(self, workflow_id: str, *, run_id: str = "") -> list[Event]:
         return self.run(self.aio.history(workflow_id, run_id=run_id))
+
+    def create_api_key(self, role: str, **grant: Any) -> tuple[str, str]:
+        """`AsyncClient.create_api_key`: returns (id, key); the key is shown only here."""
+        return self.run(self.aio.create_api_key(role, **grant))
+
+    def add_principal(self, subject: str, role: str, **grant: Any) -> str:
+        return self.run(self.aio.add_principal(subject, role, **grant))
+
+    def list_credentials(
+        self, *, namespace: str = "", include_revoked: bool = False
+    ) -> list[a.Credential]:
+        return self.run(
+            self.aio.list_credentials(namespace=namespace, include_revoked=include_revoked)
+        )
+
+    def revoke_credential(self, credential_id: str) -> None:
+        self.run(self.aio.revoke_credential(credential_id))
 
     def register_namespace(self, name: str, *, retention: str = "", description: str = "") -> None:
         self.run(self.aio.register_namespace(name, retention=retention, description=description))

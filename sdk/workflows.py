@@ -88,6 +88,8 @@ class PendingActivity:
     identity: str
     heartbeat_details: Any
     last_heartbeat_time: datetime | None
+    principal: str = ""
+    """The worker as the server authenticated it (empty without authentication)."""
 
     def to_json(self) -> dict[str, Any]:
         out = dict(self.__dict__)
@@ -210,6 +212,8 @@ class WorkflowDescription:
     """Why the last attempt failed: its cause, and the decider's message if any."""
     decider_retry_time: datetime | None = None
     """When a failed decision task is handed out again (while it backs off)."""
+    started_by: str = ""
+    """The principal that started the run (empty without authentication)."""
 
     @property
     def status(self) -> str:
@@ -238,6 +242,7 @@ class WorkflowDescription:
                     if a.HasField("heartbeat_details")
                     else None,
                     last_heartbeat_time=_time(a, "last_heartbeat_time"),
+                    principal=a.principal,
                 )
                 for a in msg.pending_activities
             ],
@@ -254,6 +259,7 @@ class WorkflowDescription:
                 part for part in (msg.decider_failure_cause, msg.decider_failure_message) if part
             ),
             decider_retry_time=_time(msg, "decider_retry_time"),
+            started_by=msg.started_by,
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -271,6 +277,7 @@ class WorkflowDescription:
             "decider_retry_time": rfc3339(self.decider_retry_time)
             if self.decider_retry_time
             else None,
+            "started_by": self.started_by or None,
         }
 
 

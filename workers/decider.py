@@ -43,6 +43,7 @@ class DeciderConfig:
     cpu_budget: float = DECIDE_CPU_SECONDS
     """CPU seconds one step-workflow decision task may use; 0 for no budget."""
     tls: TlsConfig | None = None
+    api_key: str | None = None
 
 
 def build(config: DeciderConfig) -> DeciderWorker:
@@ -58,7 +59,9 @@ def build(config: DeciderConfig) -> DeciderWorker:
             "no task list: give --task-list, --definitions, or set task_list on the Decider"
         )
     return DeciderWorker(
-        worker_client(config.address, config.namespace, config.identity, config.tls),
+        worker_client(
+            config.address, config.namespace, config.identity, config.tls, config.api_key
+        ),
         deciders=deciders,
         task_lists=lists,
         concurrency=config.concurrency,

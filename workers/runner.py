@@ -46,15 +46,25 @@ class RunnerConfig:
     """The hosts `weft.http` tasks may reach; with none they fail at once with
     `HttpNotAllowed`."""
     tls: TlsConfig | None = None
+    api_key: str | None = None
 
 
 def worker_client(
-    address: str, namespace: str, identity: str, tls: TlsConfig | None = None
+    address: str,
+    namespace: str,
+    identity: str,
+    tls: TlsConfig | None = None,
+    api_key: str | None = None,
 ) -> AsyncClient:
     """The client of a worker process: it waits out server restarts, however long
     (a refused TLS handshake is not waited out: it raises TlsError)."""
     return AsyncClient(
-        address, namespace=namespace, identity=identity or None, retry=WORKER_RETRY, tls=tls
+        address,
+        namespace=namespace,
+        identity=identity or None,
+        retry=WORKER_RETRY,
+        tls=tls,
+        api_key=api_key,
     )
 
 
@@ -68,7 +78,9 @@ def build(config: RunnerConfig) -> ActivityWorker:
     if not lists:
         raise LoadError("no task list: give --task-list, or name one in @activity(task_list=…)")
     return ActivityWorker(
-        worker_client(config.address, config.namespace, config.identity, config.tls),
+        worker_client(
+            config.address, config.namespace, config.identity, config.tls, config.api_key
+        ),
         activities=with_builtins(
             user, allow_shell=config.allow_shell, allow_http=config.allow_http
         ),

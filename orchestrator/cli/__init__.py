@@ -16,7 +16,14 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import click
 
-from orchestrator.cli import locks_cmd, replay_cmd, server_cmd, worker_cmds, workflow_cmds
+from orchestrator.cli import (
+    auth_cmd,
+    locks_cmd,
+    replay_cmd,
+    server_cmd,
+    worker_cmds,
+    workflow_cmds,
+)
 from orchestrator.cli.errors import EXIT_USAGE, one_line
 
 
@@ -39,6 +46,7 @@ for command in (
     *replay_cmd.COMMANDS,
     *locks_cmd.COMMANDS,
     *worker_cmds.COMMANDS,
+    *auth_cmd.COMMANDS,
 ):
     cli.add_command(command)
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from datetime import timedelta
 
-from orchestrator.cli.params import client_tls
+from orchestrator.cli.params import client_api_key, client_tls
 from sdk.retry import RetryPolicy
 from sdk.sync_client import Client
 
@@ -17,5 +17,10 @@ CLI_RETRY = RetryPolicy(give_up_after=timedelta(seconds=2))
 def connect(address: str, namespace: str, identity: str = "") -> Client:
     identity = identity or f"weft-cli@{socket.gethostname()}"
     return Client(
-        address, namespace=namespace, identity=identity, retry=CLI_RETRY, tls=client_tls()
+        address,
+        namespace=namespace,
+        identity=identity,
+        retry=CLI_RETRY,
+        tls=client_tls(),
+        api_key=client_api_key(),
     )

@@ -52,7 +52,8 @@ def reports_errors(fn: F) -> F:
     @functools.wraps(fn)
     def wrapper(*args: Any, **kwargs: Any) -> Any:
         ctx = click.get_current_context()
-        name = ctx.command.name or "weft"
+        # "auth key create", not "create": the path below the root command.
+        name = " ".join(ctx.command_path.split()[1:]) or ctx.command.name or "weft"
         try:
             return fn(*args, **kwargs)
         except (click.ClickException, click.exceptions.Exit, SystemExit):

@@ -95,7 +95,9 @@ def span(seconds: float) -> str:
 
 def summary(event: Event) -> str:
     """The attributes that matter, as `key=value`, on one line."""
-    parts = []
+    # Who acted comes first, so that a long line never cuts it off; it is what the
+    # server authenticated, next to the self-declared identity among the attributes.
+    parts = [f"principal={event.principal}"] if event.principal else []
     for key, value in event.attributes.items():
         if key in _QUIET:
             continue

@@ -123,10 +123,38 @@ def tls_options(fn: F) -> F:
     return fn
 
 
+_API_KEY_META = "weft.api_key"
+
+
+def _keep_api_key(ctx: click.Context, param: click.Parameter, value: object) -> object:
+    if value:
+        ctx.meta[_API_KEY_META] = value
+    return value
+
+
+def client_api_key(ctx: click.Context | None = None) -> str | None:
+    """The API key of this command's --api-key option or WEFT_API_KEY (None: none)."""
+    ctx = ctx or click.get_current_context()
+    key = ctx.meta.get(_API_KEY_META)
+    return str(key) if key else None
+
+
+def api_key_option(fn: F) -> F:
+    return click.option(
+        "--api-key",
+        envvar="WEFT_API_KEY",
+        expose_value=False,
+        callback=_keep_api_key,
+        help="API key for a server started with --auth (prefer WEFT_API_KEY: `ps` shows"
+        " arguments to every user)",
+    )(fn)
+
+
 def server_options(fn: F) -> F:
-    """--address and --namespace (and the TLS options), for every command that
-    talks to a server."""
+    """--address and --namespace (and the TLS and API key options), for every
+    command that talks to a server."""
     fn = tls_options(fn)
+    fn = api_key_option(fn)
     fn = click.option(
         "--namespace",
         envvar="WEFT_NAMESPACE",

@@ -94,6 +94,29 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     envvar="WEFT_INSECURE",
     help="serve plaintext on a non-loopback address (refused without this flag)",
 )
+@click.option(
+    "--auth",
+    is_flag=True,
+    envvar="WEFT_AUTH",
+    help="require an API key or a certificate principal on every call (README 'Security')",
+)
+@click.option(
+    "--max-polls-per-principal",
+    envvar="WEFT_MAX_POLLS_PER_PRINCIPAL",
+    type=click.IntRange(min=1),
+    default=1000,
+    show_default=True,
+    help="with --auth: long polls one principal may have waiting at once (more: "
+    "RESOURCE_EXHAUSTED)",
+)
+@click.option(
+    "--max-requests-per-principal",
+    envvar="WEFT_MAX_REQUESTS_PER_PRINCIPAL",
+    type=click.FloatRange(min=0),
+    default=5000.0,
+    show_default=True,
+    help="with --auth: requests per second one principal may make (0: no limit)",
+)
 @click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
 def server(
     db_url: str,
@@ -109,6 +132,9 @@ def server(
     tls_key: str | None,
     tls_client_ca: str | None,
     insecure: bool,
+    auth: bool,
+    max_polls_per_principal: int,
+    max_requests_per_principal: float,
 ) -> None:
     """Run an orchestrator node."""
     from orchestrator import logging as weft_logging
@@ -116,7 +142,7 @@ def server(
 
     weft_logging.configure(log_level)
     _warn_of_a_visible_password(db_url)
-    tls = _tls_files(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure)
+    tls = _tls_files(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
     if workers > 1 and not reuse_port:  # (a worker of a supervisor never supervises)
         if not db_url.startswith("postgresql"):
             click.echo("weft server: --workers needs PostgreSQL (SQLite is one node)", err=True)
@@ -131,6 +157,8 @@ def server(
             "WEFT_MAX_POLLS_PER_CLIENT": str(max_polls_per_client),
             "WEFT_PURGE_INTERVAL": f"{purge_interval.total_seconds()}s",
             "WEFT_LOG_LEVEL": log_level,
+            "WEFT_MAX_POLLS_PER_PRINCIPAL": str(max_polls_per_principal),
+            "WEFT_MAX_REQUESTS_PER_PRINCIPAL": str(max_requests_per_principal),
             **tls,
         }
         sys.exit(supervise(settings, workers))
@@ -146,6 +174,9 @@ def server(
         tls_key=tls_key or "",
         tls_client_ca=tls_client_ca or "",
         insecure=insecure,
+        auth=auth,
+        max_polls_per_principal=max_polls_per_principal,
+        max_requests_per_principal=max_requests_per_principal,
     )
     try:
         asyncio.run(_serve(Server(config)))
@@ -195,6 +226,7 @@ def _tls_files(
     key: str | None,
     client_ca: str | None,
     insecure: bool,
+    auth: bool,
 ) -> dict[str, str]:
     """Check the TLS options and the secure-by-default rule (exit 2 with one line
     when broken); returns them as the environment of `--workers` processes."""
@@ -203,7 +235,12 @@ def _tls_files(
     if client_ca and not cert:
         raise click.UsageError("--tls-client-ca needs --tls-cert and --tls-key")
     config = ServerConfig(
-        listen=listen, metrics_listen=metrics_listen, tls_cert=cert or "", insecure=insecure
+        listen=listen,
+        metrics_listen=metrics_listen,
+        tls_cert=cert or "",
+        tls_client_ca=client_ca or "",
+        insecure=insecure,
+        auth=auth,
     )
     reason = config.insecure_reason()
     if reason is not None:
@@ -213,4 +250,6 @@ def _tls_files(
     env["WEFT_TLS_CLIENT_CA"] = client_ca or ""
     if insecure:
         env["WEFT_INSECURE"] = "1"
+    if auth:
+        env["WEFT_AUTH"] = "1"
     return {k: v for k, v in env.items() if v}

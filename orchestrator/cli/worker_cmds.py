@@ -9,7 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from orchestrator.cli.errors import EXIT_USAGE, exit_code, fail
-from orchestrator.cli.params import DURATION, client_tls, server_options
+from orchestrator.cli.params import DURATION, client_api_key, client_tls, server_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -79,7 +79,7 @@ def runner(log_level: str, **options: Any) -> None:
     from workers import runner as process
 
     weft_logging.configure(log_level)
-    config = process.RunnerConfig(**options, tls=client_tls())
+    config = process.RunnerConfig(**options, tls=client_tls(), api_key=client_api_key())
     _run("runner", lambda: process.run(config))
 
 
@@ -106,7 +106,7 @@ def decider(log_level: str, **options: Any) -> None:
         )
 
     weft_logging.configure(log_level)
-    config = process.DeciderConfig(**options, tls=client_tls())
+    config = process.DeciderConfig(**options, tls=client_tls(), api_key=client_api_key())
     _run("decider", lambda: process.run(config))
 
 

@@ -186,6 +186,7 @@ def _description(d: WorkflowDescription) -> str:
         ("parent_run", info.parent_run_id),
         ("replay_of", info.replay_of_run_id),
         ("replayed_by", info.replayed_by_run_id),
+        ("started_by", d.started_by),
     ):
         if value:
             fields.append((name, value))
@@ -198,7 +199,7 @@ def _description(d: WorkflowDescription) -> str:
                 a.activity_type,
                 a.state,
                 a.task_list,
-                a.identity or "-",
+                a.identity + (f" ({a.principal})" if a.principal else "") or "-",
                 compact(a.heartbeat_details, 40) if a.heartbeat_details is not None else "-",
             )
             for a in d.pending_activities
