@@ -10,6 +10,7 @@ import asyncio
 import os
 import signal
 import socket
+import ssl
 import subprocess
 import sys
 import time
@@ -113,8 +114,16 @@ class WeftServer(Process):
     """`weft server --db URL` on a free port, its metrics on another."""
 
     def __init__(
-        self, name: str, db_url: str, log_dir: Path, log_level: str, extra: tuple[str, ...] = ()
+        self,
+        name: str,
+        db_url: str,
+        log_dir: Path,
+        log_level: str,
+        extra: tuple[str, ...] = (),
+        tls_ca: str = "",
     ) -> None:
+        self.tls_ca = tls_ca
+        """With --tls-cert in `extra`: the CA to verify it (and its metrics) with."""
         self.port = free_port()
         self.workers = int(extra[extra.index("--workers") + 1]) if "--workers" in extra else 1
         # The workers of `--workers N` serve metrics on this port and the next N - 1.
@@ -144,8 +153,11 @@ class WeftServer(Process):
         """The server's own counters so far (summed over its workers): RPCs by
         method, SQL statements, transactions."""
         total = Counts()
+        scheme = "https" if self.tls_ca else "http"
+        context = ssl.create_default_context(cafile=self.tls_ca) if self.tls_ca else None
         for port in range(self.metrics_port, self.metrics_port + self.workers):
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics", timeout=10) as resp:
+            url = f"{scheme}://127.0.0.1:{port}/metrics"
+            with urllib.request.urlopen(url, timeout=10, context=context) as resp:
                 total = total + Counts.parse(resp.read().decode())
         return total
 
@@ -155,7 +167,12 @@ class WeftServer(Process):
 
     async def wait_serving(self, timeout: float = 60.0) -> None:
         deadline = time.monotonic() + timeout
-        async with grpc.aio.insecure_channel(self.address) as channel:
+        if self.tls_ca:
+            ca = Path(self.tls_ca).read_bytes()
+            channel = grpc.aio.secure_channel(self.address, grpc.ssl_channel_credentials(ca))
+        else:
+            channel = grpc.aio.insecure_channel(self.address)
+        async with channel:
             health = health_pb2_grpc.HealthStub(channel)
             while True:
                 self.check_alive()

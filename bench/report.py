@@ -96,6 +96,7 @@ def render(doc: dict[str, Any]) -> str:
     parts += _steps(scenarios.get("steps"))
     parts += _sqlite(scenarios.get("sqlite"))
     parts += _two_nodes(scenarios.get("two_nodes"))
+    parts += _secured(scenarios.get("secured"))
     rows = [
         [t["target"], num(t["median"], 2), t["goal"], "met" if t["met"] else "NOT met"]
         for t in doc["targets"]
@@ -350,4 +351,28 @@ def _two_nodes(result: dict[str, Any] | None) -> list[str]:
         f"Throughput at {w['inflight']} in flight, two processes ÷ one:"
         f" {fmt(w['ratio.two_over_one_activities_per_s'], 2)}",
         table(headers, rows),
+    ]
+
+
+def _secured(result: dict[str, Any] | None) -> list[str]:
+    title = "What TLS and authentication cost (a node with --tls-cert --auth, API keys)"
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    rows = [
+        [
+            label,
+            fmt(result[f"{key}.activities_per_s"]),
+            fmt(result[f"{key}.server_cpu_per_activity_ms"], 2),
+            fmt(result[f"{key}.server_cpu_cores"], 2),
+        ]
+        for label, key in (("plaintext, no auth", "plain"), ("TLS + API keys", "secured"))
+    ]
+    return [
+        "",
+        title,
+        f"At {result['inflight']} in flight, secured ÷ plain: throughput"
+        f" {fmt(result['ratio.secured_over_plain_activities_per_s'], 2)}, server CPU per"
+        f" activity {fmt(result['ratio.secured_over_plain_server_cpu_per_activity'], 2)}",
+        table(["node", "act/s", "server CPU ms/act", "server cores"], rows),
     ]

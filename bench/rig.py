@@ -14,10 +14,22 @@ from bench.profile import Profile
 from bench.workload import TASK_LIST
 from sdk import AsyncClient
 from sdk.retry import RetryPolicy
+from sdk.tls import TlsConfig
 
 # Worker processes sized so they never limit 16 workflows in flight.
 DECIDER_CONCURRENCY = "32"
 RUNNER_CONCURRENCY = "64"
+
+
+@dataclass(frozen=True)
+class Secured:
+    """TLS files and API keys of a node started with TLS and `--auth`."""
+
+    cert: str
+    key: str
+    ca: str
+    worker_key: str
+    driver_key: str
 
 
 @dataclass
@@ -32,13 +44,25 @@ class WeftNode:
 
     @classmethod
     async def start(
-        cls, name: str, db_url: str, log_dir: Path, log_level: str, server_workers: int = 1
+        cls,
+        name: str,
+        db_url: str,
+        log_dir: Path,
+        log_level: str,
+        server_workers: int = 1,
+        secured: Secured | None = None,
     ) -> WeftNode:
-        extra = ("--workers", str(server_workers)) if server_workers > 1 else ()
-        server = WeftServer(f"{name}-server", db_url, log_dir, log_level, extra)
+        extra: tuple[str, ...] = ("--workers", str(server_workers)) if server_workers > 1 else ()
+        worker_args: list[str] = []
+        if secured is not None:
+            extra += ("--tls-cert", secured.cert, "--tls-key", secured.key, "--auth")
+            worker_args = ["--tls-ca", secured.ca, "--api-key", secured.worker_key]
+        server = WeftServer(
+            f"{name}-server", db_url, log_dir, log_level, extra, secured.ca if secured else ""
+        )
         server.start()
         await server.wait_serving()
-        common = ["--task-list", TASK_LIST, "bench.workload"]
+        common = [*worker_args, "--task-list", TASK_LIST, "bench.workload"]
         decider = weft_worker(
             "decider",
             f"{name}-decider",
@@ -55,7 +79,13 @@ class WeftNode:
             log_dir,
             log_level,
         ).start()
-        client = AsyncClient(server.address, identity="bench-driver", retry=RetryPolicy())
+        client = AsyncClient(
+            server.address,
+            identity="bench-driver",
+            retry=RetryPolicy(),
+            tls=TlsConfig(ca=secured.ca) if secured else None,
+            api_key=secured.driver_key if secured else None,
+        )
         return cls(server, decider, runner, client, db_url)
 
     def workers_cpu(self) -> float:
