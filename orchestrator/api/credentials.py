@@ -110,7 +110,9 @@ class CredentialsAdmin(ServiceBase):
             secret_hash=secret_hash,
             name=req.name,
             created_at=now,
-            created_by=current.principal.get() or f"unauthenticated {ctx.peer()}",
+            created_by=(current.principal.get() or f"unauthenticated {ctx.peer()}")[
+                : validate.NAME_LENGTH
+            ],
             expires_at=now + timedelta(seconds=expires) if expires else None,
             **fields,  # type: ignore[arg-type]
         )

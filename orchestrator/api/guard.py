@@ -19,7 +19,7 @@ import structlog
 from orchestrator.auth.gate import Authenticator, Caller, PrincipalLimits
 from orchestrator.auth.grants import AUDITED, Refused, Scope
 from orchestrator.engine import caller
-from orchestrator.engine.errors import PermissionDenied
+from orchestrator.engine.errors import PermissionDenied, Unauthenticated
 from orchestrator.store.store import Store
 
 from . import validate
@@ -86,17 +86,18 @@ class Guard:
         try:
             if self._authenticator is not None:
                 who = await self._authenticator.caller(_authorization(ctx), _subjects(ctx))
-                scope = await self._scope(rpc, request, who)
+                self._limits.spend(who.principal)  # refused calls count too
+                scope = await self._scope(rpc, request)
                 try:
                     who.check(rpc, scope)
                 except Refused as exc:
                     raise PermissionDenied(str(exc)) from None
-                self._limits.spend(who.principal)
             token = caller.principal.set(who.principal if who else "")
             whole = _caller.set(who)
             outcome = "failed"  # let in; set to "ok" if the handler returns
             try:
-                if who is not None and rpc in _POLLS:
+                waits = rpc in _POLLS or (rpc == "GetWorkflowHistory" and request.wait_new_event)
+                if who is not None and waits:
                     with self._limits.poll(who.principal):
                         yield who
                 else:
@@ -109,9 +110,10 @@ class Guard:
             if rpc in AUDITED:
                 _audit(rpc, request, who, ctx, outcome)
 
-    async def _scope(self, rpc: str, req: Any, who: Caller) -> Scope:
-        """What the call touches, as far as grants care; the run is read only
-        when the caller's grant is narrowed to what only the run knows."""
+    async def _scope(self, rpc: str, req: Any) -> Scope:
+        """What the call touches, as far as grants care, from the request alone.
+        What only the run knows (its type, its task list) is checked where the
+        handler has the run: `check_run`."""
         if rpc in _CREDENTIALS or rpc == "PurgeClosedRuns":
             return Scope()
         if rpc in _TOKEN_KINDS:
@@ -128,21 +130,39 @@ class Guard:
         ns = validate.namespace(req.namespace)
         if rpc in _POLLS or rpc == "DescribeTaskList":
             return Scope(namespace=ns, task_list=req.task_list)
+        if rpc in ("RegisterWorkflowType", "RegisterActivityType"):
+            # A worker narrowed to task lists registers types on those lists only.
+            return Scope(namespace=ns, task_list=req.default_task_list)
         if rpc == "StartWorkflow":
             return Scope(namespace=ns, workflow_type=req.workflow_type.name)
-        if rpc in ("SignalWorkflow", "RequestCancelWorkflow"):
-            signal = req.signal_name if rpc == "SignalWorkflow" else None
-            wtype = None
-            if who.narrowed("workflow_types"):
-                wtype = (await self._run(ns, req.execution)).workflow_type
-            return Scope(namespace=ns, workflow_type=wtype, signal_name=signal)
-        if rpc == "GetWorkflowHistory" and who.narrowed("task_lists"):
-            # A decider narrowed to its task lists reads the runs decided there.
-            return Scope(namespace=ns, task_list=(await self._run(ns, req.execution)).task_list)
+        if rpc == "SignalWorkflow":
+            return Scope(namespace=ns, signal_name=req.signal_name)
         return Scope(namespace=ns)
 
-    async def _run(self, ns: str, execution: Any) -> Any:
-        return await self._store.find_run(ns, execution.workflow_id, execution.run_id)
+    def still_admitted(self, who: Caller | None) -> None:
+        """Raise UNAUTHENTICATED if a caller admitted earlier (a poll waiting for
+        work) has since had its credential revoked, changed or expired."""
+        auth = self._authenticator
+        if who is not None and auth is not None and not auth.still_valid(who):
+            raise Unauthenticated(
+                f"the credentials of {who.principal} were revoked, changed or expired"
+                " while the poll waited; poll again"
+            )
+
+
+def check_run(
+    rpc: str, namespace: str, workflow_type: str | None = None, task_list: str | None = None
+) -> None:
+    """The grant's narrowing by what only the run knows, checked by the handler on
+    the run it acts on (inside its transaction where it writes): PERMISSION_DENIED
+    outside it. Nothing without authentication."""
+    who = _caller.get()
+    if who is None:
+        return
+    try:
+        who.check(rpc, Scope(namespace=namespace, workflow_type=workflow_type, task_list=task_list))
+    except Refused as exc:
+        raise PermissionDenied(str(exc)) from None
 
 
 def _authorization(ctx: Ctx) -> str:
@@ -167,11 +187,13 @@ def _subjects(ctx: Ctx) -> list[str]:
 
 def _namespace_of(rpc: str, req: Any) -> str:
     if rpc in _NAMESPACE_NAMED:
-        return str(req.name)
+        return str(req.name) or validate.DEFAULT_NAMESPACE
     grant = getattr(req, "grant", None)
     if grant is not None:
         return str(grant.namespace)
-    return str(getattr(req, "namespace", ""))
+    if rpc in ("RevokeCredential", "PurgeClosedRuns"):
+        return ""  # (the credential's namespace is in the handler's log line)
+    return str(getattr(req, "namespace", "")) or validate.DEFAULT_NAMESPACE
 
 
 def _audit(rpc: str, req: Any, who: Caller | None, ctx: Ctx, outcome: str) -> None:

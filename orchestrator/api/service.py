@@ -24,6 +24,7 @@ from sdk.api.weft.v1 import service_pb2_grpc as sg
 from . import paging, validate
 from .common import HISTORY_PAGE, Ctx, ServiceSettings, execution_info, optional_payload, timestamp
 from .errors import grpc_errors
+from .guard import check_run
 from .tasks import TaskService
 
 __all__ = ["ServiceSettings", "WorkflowService"]
@@ -91,6 +92,8 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         limits = self._settings.limits
 
         def send(t: Transition) -> None:
+            # The open run may be of another type than the one the start names.
+            check_run("SignalWithStartWorkflow", ns, workflow_type=t.state.type_name)
             external.signal(t, req.signal_name, payload, start.identity, limits)
 
         def start_and_send(t: Transition) -> None:
@@ -133,15 +136,15 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         validate.name("signal_name", req.signal_name)
         payload = optional_payload(req, "input")
         limits = self._settings.limits
+
+        def send(t: Transition) -> None:
+            check_run("SignalWorkflow", ns, workflow_type=t.state.type_name)
+            external.signal(t, req.signal_name, payload, req.identity, limits)
+
         await self._on_current_run(
             ns,
             req.execution,
-            lambda run_id: self._store.transact_once(
-                run_id,
-                "signal",
-                req.request_id,
-                lambda t: external.signal(t, req.signal_name, payload, req.identity, limits),
-            ),
+            lambda run_id: self._store.transact_once(run_id, "signal", req.request_id, send),
         )
         return s.SignalWorkflowResponse()
 
@@ -150,15 +153,15 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
         self, req: s.RequestCancelWorkflowRequest, ctx: Ctx
     ) -> s.RequestCancelWorkflowResponse:
         ns = validate.namespace(req.namespace)
+
+        def cancel(t: Transition) -> None:
+            check_run("RequestCancelWorkflow", ns, workflow_type=t.state.type_name)
+            external.request_cancel(t, req.reason, req.identity)
+
         await self._on_current_run(
             ns,
             req.execution,
-            lambda run_id: self._store.transact_once(
-                run_id,
-                "cancel",
-                req.request_id,
-                lambda t: external.request_cancel(t, req.reason, req.identity),
-            ),
+            lambda run_id: self._store.transact_once(run_id, "cancel", req.request_id, cancel),
         )
         return s.RequestCancelWorkflowResponse()
 
@@ -192,6 +195,8 @@ class WorkflowService(TaskService, sg.WorkflowServiceServicer):
             row = await self._store.find_run(ns, req.execution.workflow_id, run_id)
         else:
             row = await self._run(ns, req.execution)
+        # A worker narrowed to task lists reads the runs decided on them.
+        check_run("GetWorkflowHistory", ns, task_list=row.task_list)
         return await self._history_page(row.key.run_id, first_id, last_id, size, req.wait_new_event)
 
     @grpc_errors

@@ -37,6 +37,7 @@ from sdk.api.weft.v1.history_pb2 import HistoryEvent
 from . import validate
 from .common import HISTORY_PAGE, Ctx, ServiceBase, optional_payload, timestamp
 from .errors import grpc_errors
+from .guard import current_caller
 
 log = structlog.get_logger("weft.api")
 
@@ -119,9 +120,10 @@ class TaskService(ServiceBase):
         validate.name("task_list", req.task_list)
         key = TaskListKey(ns, DECISION, req.task_list)
 
-        poller = caller.principal.get()
+        poller, who = caller.principal.get(), current_caller()
 
         def take(t: Transition, scheduled_id: int) -> DecisionStart:
+            self.guard.still_admitted(who)  # (before anything is appended)
             with t.caused_by(poller):
                 return DecisionStart.of(t, start_decision_task(t, scheduled_id, req.identity))
 
@@ -315,9 +317,10 @@ class TaskService(ServiceBase):
         validate.name("task_list", req.task_list)
         key = TaskListKey(ns, ACTIVITY, req.task_list)
 
-        poller = caller.principal.get()
+        poller, who = caller.principal.get(), current_caller()
 
         def take(t: Transition, scheduled_id: int) -> ActivityStart:
+            self.guard.still_admitted(who)  # (before anything is appended)
             with t.caused_by(poller):
                 act = activities.start_activity_task(t, scheduled_id, req.identity)
             return ActivityStart.of(t, act.activity_id, scheduled_id)

@@ -19,6 +19,8 @@ NAME_LENGTH = 255
 def namespace(value: str) -> str:
     value = value or DEFAULT_NAMESPACE
     name("namespace", value)
+    if value == "*":  # in a grant, every namespace; never the name of one
+        raise InvalidArgument("'*' is not a namespace name (in a grant it means every namespace)")
     return value
 
 

@@ -31,6 +31,11 @@ class Caller:
     principal: str
     """As recorded in events: "key:<id>" or "certificate:<subject>"."""
     grants: tuple[Grant, ...]
+    credential_ids: tuple[str, ...] = ()
+    since: float = 0.0
+    """When (monotonic) the credentials were last read or trusted."""
+    expires_at: datetime | None = None
+    """The earliest expiry among them."""
 
     def check(self, rpc: str, scope: Scope) -> None:
         """Raise `Refused` unless one of the caller's grants allows the call."""
@@ -64,15 +69,32 @@ class Authenticator:
         self._secret = auth_secret
         self._keys: dict[str, tuple[float, CredentialRow | None]] = {}
         self._subjects: dict[tuple[str, ...], tuple[float, list[CredentialRow]]] = {}
+        # When each credential was last said to have changed, and when all were:
+        # a read that began before is not remembered, and a caller admitted
+        # before is not handed tasks any more (`still_valid`).
+        self._changed: dict[str, float] = {}
+        self._all_changed = 0.0
 
     def forget(self, credential_id: str) -> None:
         """A credential changed (revoked here or on another node)."""
+        self._changed[credential_id] = time.monotonic()
         self._keys.pop(credential_id, None)
         self._subjects.clear()
 
     def forget_all(self) -> None:
+        self._all_changed = time.monotonic()
         self._keys.clear()
         self._subjects.clear()
+
+    def _unchanged_since(self, since: float, ids: tuple[str, ...]) -> bool:
+        return self._all_changed < since and all(self._changed.get(i, 0.0) < since for i in ids)
+
+    def still_valid(self, who: Caller) -> bool:
+        """Whether a caller admitted earlier (a waiting poll) may still be handed work:
+        none of its credentials changed since, and none expired."""
+        if who.expires_at is not None and datetime.now(UTC) >= who.expires_at:
+            return False
+        return self._unchanged_since(who.since, who.credential_ids)
 
     async def caller(self, authorization: str, subjects: list[str]) -> Caller:
         """The caller an `authorization` header or else a certificate's subjects
@@ -105,37 +127,53 @@ class Authenticator:
             raise Unauthenticated(f"API key {key_id} was revoked")
         if row.expires_at is not None and now >= row.expires_at:
             raise Unauthenticated(f"API key {key_id} has expired")
-        return Caller(f"key:{key_id}", (grant_of(row),))
+        return Caller(
+            f"key:{key_id}", (grant_of(row),), (key_id,), self._read_at(key_id), row.expires_at
+        )
+
+    def _read_at(self, key_id: str) -> float:
+        remembered = self._keys.get(key_id)
+        return remembered[0] if remembered is not None else time.monotonic()
 
     async def _key(self, key_id: str) -> CredentialRow | None:
         remembered = self._keys.get(key_id)
         if remembered is not None and time.monotonic() - remembered[0] < REMEMBER:
             return remembered[1]
+        began = time.monotonic()
         row = await self._credentials.get(key_id)
-        if (
-            row is not None
-        ):  # unknown ids are not remembered: a key made on another node works at once
-            self._keys[key_id] = (time.monotonic(), row)
+        # Unknown ids are not remembered: a key made on another node works at once.
+        # Nor is a row read while it was being revoked (it may predate the revocation).
+        if row is not None and self._unchanged_since(began, (key_id,)):
+            self._keys[key_id] = (began, row)
         return row
 
     async def _certificate_caller(self, subjects: list[str], now: datetime) -> Caller:
         wanted = tuple(sorted(set(subjects)))
         remembered = self._subjects.get(wanted)
         if remembered is not None and time.monotonic() - remembered[0] < REMEMBER:
-            rows = remembered[1]
+            began, rows = remembered
         else:
+            began = time.monotonic()
             rows = await self._credentials.for_subjects(list(wanted))
             # As for keys, a subject nobody added is not remembered: a principal
             # added through another node works at once.
-            if rows:
-                self._subjects[wanted] = (time.monotonic(), rows)
-        usable = [r for r in rows if r.usable_at(now)]
+            if rows and self._unchanged_since(began, tuple(r.id for r in rows)):
+                self._subjects[wanted] = (began, rows)
+        # In a fixed order, so that the principal recorded is always the same one.
+        usable = sorted((r for r in rows if r.usable_at(now)), key=lambda r: (r.subject, r.id))
         if not usable:
             raise Unauthenticated(
                 f"the client certificate ({', '.join(wanted)}) is not a principal of this "
                 "server, or its principal was revoked or has expired"
             )
-        return Caller(f"certificate:{usable[0].subject}", tuple(grant_of(r) for r in usable))
+        expiries = [r.expires_at for r in usable if r.expires_at is not None]
+        return Caller(
+            f"certificate:{usable[0].subject}",
+            tuple(grant_of(r) for r in usable),
+            tuple(r.id for r in usable),
+            began,
+            min(expiries) if expiries else None,
+        )
 
 
 @dataclass
@@ -159,9 +197,10 @@ class PrincipalLimits:
             return
         now = time.monotonic()
         bucket = self._buckets.get(principal)
+        capacity = max(2 * self.rate, 1.0)  # (a rate under 0.5/s still lets one through)
         if bucket is None:
-            bucket = self._buckets[principal] = _Bucket(2 * self.rate, now)
-        bucket.tokens = min(2 * self.rate, bucket.tokens + (now - bucket.at) * self.rate)
+            bucket = self._buckets[principal] = _Bucket(capacity, now)
+        bucket.tokens = min(capacity, bucket.tokens + (now - bucket.at) * self.rate)
         bucket.at = now
         if bucket.tokens < 1:
             raise ResourceExhausted(

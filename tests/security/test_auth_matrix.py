@@ -111,7 +111,7 @@ ANSWER: dict[str, grpc.StatusCode] = {
 # Callers refused by the grant's narrowing, beyond the role table.
 NARROWED_OUT: dict[str, set[str]] = {
     "worker-tl-b": {"PollForDecisionTask", "PollForActivityTask", "DescribeTaskList"}
-    | {"GetWorkflowHistory"}
+    | {"GetWorkflowHistory", "RegisterWorkflowType", "RegisterActivityType"}
     | {m for m in ALLOWED if m.startswith(("Respond", "Record"))},
     "starter-other-type": {
         "StartWorkflow",
@@ -261,7 +261,7 @@ def requests(setup: Setup) -> dict[str, Callable[[], Any]]:
             namespace="default", workflow_type=wtype, default_task_list="tl-a"
         ),
         "RegisterActivityType": lambda: s.RegisterActivityTypeRequest(
-            namespace="default", activity_type=c.ActivityType(name="at")
+            namespace="default", activity_type=c.ActivityType(name="at"), default_task_list="tl-a"
         ),
         "ListLocks": lambda: a.ListLocksRequest(namespace="default"),
         "ForceReleaseLock": lambda: a.ForceReleaseLockRequest(
@@ -500,3 +500,60 @@ async def test_a_task_handed_to_a_waiting_poll_is_started_by_the_poller(setup: S
     key_of = {who: f"key:{setup.keys[who].split('.')[1]}" for who in ("worker", "starter")}
     assert by_type["WorkflowStarted"] == key_of["starter"]
     assert by_type["DeciderStarted"] == key_of["worker"]
+
+
+async def test_a_waiting_poll_of_a_revoked_key_is_handed_nothing(setup: Setup) -> None:
+    """Revoked while its poll waits: the task is not started by it, and waits for
+    another worker."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{setup.server.port}") as channel:
+        stub = sg.WorkflowServiceStub(channel)
+        admin = ag.AdminServiceStub(channel)
+        request = s.PollForDecisionTaskRequest(namespace="default", task_list="revoked-list")
+        poll = asyncio.ensure_future(
+            stub.PollForDecisionTask(request, metadata=setup.metadata("worker"), timeout=10)
+        )
+        await asyncio.sleep(0.1)
+        worker_id = setup.keys["worker"].split(".")[1]
+        await admin.RevokeCredential(
+            a.RevokeCredentialRequest(id=worker_id), metadata=setup.metadata("admin")
+        )
+        await stub.StartWorkflow(
+            s.StartWorkflowRequest(
+                namespace="default",
+                workflow_id="for-the-revoked",
+                workflow_type=c.WorkflowType(name="wt"),
+                task_list="revoked-list",
+            ),
+            metadata=setup.metadata("starter"),
+        )
+        try:
+            answer = await poll
+            assert not answer.task_token  # (the long poll ended before the start)
+        except grpc.aio.AioRpcError as exc:
+            assert exc.code() == UNAUTH, exc.details()
+        other = await stub.PollForDecisionTask(request, metadata=setup.metadata("admin"))
+        assert other.task_token
+        started = [e for e in other.events if e.type == "DeciderStarted"]
+        assert [e.principal for e in started] == [f"key:{setup.keys['admin'].split('.')[1]}"]
+
+
+async def test_signal_with_start_on_an_open_run_of_another_type_is_refused(setup: Setup) -> None:
+    """A starter narrowed to type "x" names type "x", but the open run is a "wt"."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{setup.server.port}") as channel:
+        stub = sg.WorkflowServiceStub(channel)
+        before = await setup.history_length()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.SignalWithStartWorkflow(
+                s.SignalWithStartWorkflowRequest(
+                    start=s.StartWorkflowRequest(
+                        namespace="default",
+                        workflow_id=WF,
+                        workflow_type=c.WorkflowType(name="x"),
+                        task_list="tl-a",
+                    ),
+                    signal_name="go",
+                ),
+                metadata=setup.metadata("starter-other-type"),
+            )
+        assert info.value.code() == DENIED, info.value.details()
+        assert await setup.history_length() == before
