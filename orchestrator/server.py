@@ -87,7 +87,6 @@ class Server:
         if self.config.auth:
             authenticator = Authenticator(store.credentials, await store.credentials.auth_secret())
         self.guard = Guard(
-            store,
             tokens,
             authenticator,
             PrincipalLimits(

@@ -17,7 +17,6 @@ from typing import Any, Literal
 
 import grpc
 import structlog
-from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
 from sdk.api.weft.v1 import admin_pb2 as a
@@ -26,6 +25,8 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.credentials import CredentialCalls
+from sdk.durations import duration
 from sdk.errors import (
     DeadlineExceededError,
     WeftError,
@@ -81,15 +82,7 @@ def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def duration(value: timedelta | None) -> Duration | None:
-    if value is None:
-        return None
-    out = Duration()
-    out.FromTimedelta(value)
-    return out
-
-
-class AsyncClient:
+class AsyncClient(CredentialCalls):
     """A connection to a Weft server, for one namespace.
 
     Create it anywhere; the gRPC channel opens on first use, inside the running
@@ -316,82 +309,6 @@ class AsyncClient:
             ),
         )
         return WorkflowDescription.from_proto(resp, self.converter)
-
-    # -- credentials (an admin's calls; README "Security") -------------------------------
-
-    async def create_api_key(
-        self,
-        role: str,
-        *,
-        namespace: str | None = None,
-        task_lists: list[str] | None = None,
-        workflow_types: list[str] | None = None,
-        signal_names: list[str] | None = None,
-        expires_after: timedelta | None = None,
-        name: str = "",
-    ) -> tuple[str, str]:
-        """Create an API key with one grant; returns (id, key). The key is shown
-        only here: the server keeps a keyed hash of it."""
-        req = a.CreateApiKeyRequest(
-            grant=self._grant(role, namespace, task_lists, workflow_types, signal_names),
-            name=name,
-            expires_after=duration(expires_after),
-        )
-        resp = await self.rpc("CreateApiKey", req)
-        return resp.id, resp.key
-
-    async def add_principal(
-        self,
-        subject: str,
-        role: str,
-        *,
-        namespace: str | None = None,
-        task_lists: list[str] | None = None,
-        workflow_types: list[str] | None = None,
-        signal_names: list[str] | None = None,
-        expires_after: timedelta | None = None,
-        name: str = "",
-    ) -> str:
-        """Let a client certificate whose CN or SAN is `subject` call with this
-        grant (the server must require client certificates); returns its id."""
-        req = a.AddPrincipalRequest(
-            subject=subject,
-            grant=self._grant(role, namespace, task_lists, workflow_types, signal_names),
-            name=name,
-            expires_after=duration(expires_after),
-        )
-        resp = await self.rpc("AddPrincipal", req)
-        return str(resp.id)
-
-    async def list_credentials(
-        self, *, namespace: str = "", include_revoked: bool = False
-    ) -> list[a.Credential]:
-        """The keys and principals of the namespaces the caller administers."""
-        resp = await self.rpc(
-            "ListCredentials",
-            a.ListCredentialsRequest(namespace=namespace, include_revoked=include_revoked),
-        )
-        return list(resp.credentials)
-
-    async def revoke_credential(self, credential_id: str) -> None:
-        """Revoke a key or a principal; every node refuses it within seconds."""
-        await self.rpc("RevokeCredential", a.RevokeCredentialRequest(id=credential_id))
-
-    def _grant(
-        self,
-        role: str,
-        namespace: str | None,
-        task_lists: list[str] | None,
-        workflow_types: list[str] | None,
-        signal_names: list[str] | None,
-    ) -> a.Grant:
-        return a.Grant(
-            namespace=self.namespace if namespace is None else namespace,
-            role=role,
-            task_lists=task_lists or [],
-            workflow_types=workflow_types or [],
-            signal_names=signal_names or [],
-        )
 
     async def register_namespace(
         self, name: str, *, retention: str = "", description: str = ""

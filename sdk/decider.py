@@ -27,8 +27,8 @@ from typing import Any, ClassVar, Literal
 from sdk.activity import ActivityDefinition
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
-from sdk.client import duration
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.durations import duration
 from sdk.errors import WeftError
 from sdk.events import Event
 from sdk.history import (

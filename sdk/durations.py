@@ -1,11 +1,13 @@
 """Durations as people write them: `500ms`, `10s`, `5m`, `2h`, `7d`, and
-combinations such as `1h30m` (CONTRACT.md). Used by the CLI and YAML only;
-code passes `timedelta`."""
+combinations such as `1h30m` (CONTRACT.md), for the CLI and YAML; code passes
+`timedelta`, which `duration` turns into what a request carries."""
 
 from __future__ import annotations
 
 import re
 from datetime import timedelta
+
+from google.protobuf.duration_pb2 import Duration
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
@@ -25,3 +27,12 @@ def parse_duration(text: str) -> timedelta:
     if pos != len(raw):
         raise ValueError(f"invalid duration {text!r}: use e.g. 500ms, 10s, 5m, 2h, 7d or 1h30m")
     return timedelta(seconds=total)
+
+
+def duration(value: timedelta | None) -> Duration | None:
+    """A timedelta as the protobuf Duration a request carries (None stays unset)."""
+    if value is None:
+        return None
+    out = Duration()
+    out.FromTimedelta(value)
+    return out

@@ -100,7 +100,7 @@ class ServiceBase:
     ) -> None:
         self.metrics = metrics
         # Authentication off unless the server hands a guard that requires it.
-        self.guard = guard or Guard(store, tokens, None, PrincipalLimits(0, 0))
+        self.guard = guard or Guard(tokens, None, PrincipalLimits(0, 0))
         self._store = store
         self._tokens = tokens
         self._wakeups = wakeups

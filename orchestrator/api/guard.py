@@ -20,7 +20,6 @@ from orchestrator.auth.gate import Authenticator, Caller, PrincipalLimits
 from orchestrator.auth.grants import AUDITED, Refused, Scope
 from orchestrator.engine import caller
 from orchestrator.engine.errors import PermissionDenied, Unauthenticated
-from orchestrator.store.store import Store
 
 from . import validate
 from .tokens import TokenCodec
@@ -54,20 +53,11 @@ _CREDENTIALS = frozenset({"CreateApiKey", "AddPrincipal", "ListCredentials", "Re
 
 class Guard:
     def __init__(
-        self,
-        store: Store,
-        tokens: TokenCodec,
-        authenticator: Authenticator | None,
-        limits: PrincipalLimits,
+        self, tokens: TokenCodec, authenticator: Authenticator | None, limits: PrincipalLimits
     ) -> None:
-        self._store = store
         self._tokens = tokens
         self._authenticator = authenticator
         self._limits = limits
-
-    @property
-    def required(self) -> bool:
-        return self._authenticator is not None
 
     def forget(self, credential_id: str) -> None:
         if self._authenticator is not None:

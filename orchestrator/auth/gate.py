@@ -48,10 +48,6 @@ class Caller:
                 refusals.append(str(exc))
         raise Refused(f"{self.principal} may not call {rpc}: {'; '.join(refusals)}")
 
-    def narrowed(self, attribute: str) -> bool:
-        """Whether a grant of the caller narrows `attribute` (e.g. "workflow_types")."""
-        return any(getattr(g, attribute) for g in self.grants)
-
 
 def grant_of(row: CredentialRow) -> Grant:
     return Grant(

@@ -116,9 +116,3 @@ class Scope:
 def _within(what: str, value: str | None, allowed: frozenset[str]) -> None:
     if value is not None and allowed and value not in allowed:
         raise Refused(f"the credential is limited to {what}s {sorted(allowed)}, not {value!r}")
-
-
-def check_role(role: str) -> str:
-    if role not in ROLES:
-        raise ValueError(f"unknown role {role!r}: one of {', '.join(ROLES)}")
-    return role
