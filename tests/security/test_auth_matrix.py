@@ -25,12 +25,13 @@ from orchestrator.engine.state import RunKey
 from orchestrator.engine.tokens import TaskToken
 from orchestrator.server import Server
 from orchestrator.store.credentials import KEY, CredentialRow
+from orchestrator.store.rows import TaskListKey
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.helpers import payload
+from tests.helpers import payload, wait_until
 
 OK = grpc.StatusCode.OK
 DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -285,8 +286,22 @@ def requests(setup: Setup) -> dict[str, Callable[[], Any]]:
 
 
 @pytest.fixture
-def server_config(db_url: str) -> ServerConfig:
-    return ServerConfig(db_url=db_url, listen="127.0.0.1:0", long_poll=0.3, auth=True)
+def server_config(db_url: str, request: pytest.FixtureRequest) -> ServerConfig:
+    # Short, so the matrix's allowed polls answer quickly; tests that park a poll
+    # ask for a long one (`@pytest.mark.long_poll`) so that it is still there.
+    marker = request.node.get_closest_marker("long_poll")
+    long_poll = float(marker.args[0]) if marker else 0.3
+    return ServerConfig(db_url=db_url, listen="127.0.0.1:0", long_poll=long_poll, auth=True)
+
+
+async def parked(server: Server, kind: str, task_list: str) -> None:
+    """Until a poll of `task_list` waits on the server, ready to be handed a task."""
+    key = TaskListKey("default", kind, task_list)
+
+    async def waiting() -> bool:
+        return any(t.take is not None for t in server._wakeups._pollers.get(key, ()))
+
+    await wait_until(waiting, timeout=10)
 
 
 @pytest.fixture
@@ -424,6 +439,7 @@ async def test_keys_are_stored_only_as_keyed_hashes(setup: Setup) -> None:
         assert keys.keyed_hash(await store.credentials.auth_secret(), secret) in dump
 
 
+@pytest.mark.long_poll(1)
 async def test_request_rate_and_polls_per_principal(server_config: ServerConfig) -> None:
     node = Server(replace(server_config, max_requests_per_principal=5, max_polls_per_principal=1))
     await node.start()
@@ -450,8 +466,10 @@ async def test_request_rate_and_polls_per_principal(server_config: ServerConfig)
             )
             # One poll waiting at a time per principal: a second is refused at once.
             poll = s.PollForActivityTaskRequest(namespace="default", task_list="quiet")
-            first = stub.PollForActivityTask(poll, metadata=it.metadata("worker"))
-            await asyncio.sleep(0.1)
+            first = asyncio.ensure_future(
+                stub.PollForActivityTask(poll, metadata=it.metadata("worker"))
+            )
+            await parked(node, "activity", "quiet")
             with pytest.raises(grpc.aio.AioRpcError) as info:
                 await stub.PollForActivityTask(poll, metadata=it.metadata("worker"))
             assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
@@ -462,6 +480,7 @@ async def test_request_rate_and_polls_per_principal(server_config: ServerConfig)
         await node.stop(grace=0.5)
 
 
+@pytest.mark.long_poll(10)
 async def test_a_task_handed_to_a_waiting_poll_is_started_by_the_poller(setup: Setup) -> None:
     """The start's commit hands the decision task to the parked poll: DeciderStarted
     is appended in the starter's write, but the worker started it."""
@@ -474,7 +493,7 @@ async def test_a_task_handed_to_a_waiting_poll_is_started_by_the_poller(setup: S
                 timeout=10,
             )
         )
-        await asyncio.sleep(0.15)  # parked (the long poll is 0.3 s: start at once)
+        await parked(setup.server, "decision", "handed")
         await stub.StartWorkflow(
             s.StartWorkflowRequest(
                 namespace="default",
@@ -485,11 +504,7 @@ async def test_a_task_handed_to_a_waiting_poll_is_started_by_the_poller(setup: S
             metadata=setup.metadata("starter"),
         )
         task = await poll
-        if not task.task_token:  # the poll expired first: poll again, the task waits
-            task = await stub.PollForDecisionTask(
-                s.PollForDecisionTaskRequest(namespace="default", task_list="handed"),
-                metadata=setup.metadata("worker"),
-            )
+        assert task.task_token
         history = await stub.GetWorkflowHistory(
             s.GetWorkflowHistoryRequest(
                 namespace="default", execution=c.WorkflowExecution(workflow_id="handed-over")
@@ -502,6 +517,7 @@ async def test_a_task_handed_to_a_waiting_poll_is_started_by_the_poller(setup: S
     assert by_type["DeciderStarted"] == key_of["worker"]
 
 
+@pytest.mark.long_poll(10)
 async def test_a_waiting_poll_of_a_revoked_key_is_handed_nothing(setup: Setup) -> None:
     """Revoked while its poll waits: the task is not started by it, and waits for
     another worker."""
@@ -512,7 +528,7 @@ async def test_a_waiting_poll_of_a_revoked_key_is_handed_nothing(setup: Setup) -
         poll = asyncio.ensure_future(
             stub.PollForDecisionTask(request, metadata=setup.metadata("worker"), timeout=10)
         )
-        await asyncio.sleep(0.1)
+        await parked(setup.server, "decision", "revoked-list")
         worker_id = setup.keys["worker"].split(".")[1]
         await admin.RevokeCredential(
             a.RevokeCredentialRequest(id=worker_id), metadata=setup.metadata("admin")
@@ -526,11 +542,9 @@ async def test_a_waiting_poll_of_a_revoked_key_is_handed_nothing(setup: Setup) -
             ),
             metadata=setup.metadata("starter"),
         )
-        try:
-            answer = await poll
-            assert not answer.task_token  # (the long poll ended before the start)
-        except grpc.aio.AioRpcError as exc:
-            assert exc.code() == UNAUTH, exc.details()
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await poll
+        assert info.value.code() == UNAUTH, info.value.details()
         other = await stub.PollForDecisionTask(request, metadata=setup.metadata("admin"))
         assert other.task_token
         started = [e for e in other.events if e.type == "DeciderStarted"]
