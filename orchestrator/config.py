@@ -41,6 +41,15 @@ class ServerConfig:
     """Long polls one authenticated principal may have waiting at once on this node."""
     max_requests_per_principal: float = 5000.0
     """Requests per second one authenticated principal may make to this node; 0: no limit."""
+    node_name: str = ""
+    """This node's stable name in `weft nodes`; empty: HOST:PORT (plus the index
+    of a `--workers N` process)."""
+    lease_period: float = 10.0
+    """Seconds the upkeep leader's lease lasts; renewed every third of it. A dead
+    leader is replaced within two periods."""
+    worker_session_timeout: float = 10.0
+    """A worker session's default timeout: its tasks time out as WORKER_LOST this
+    long after its last heartbeat."""
 
     def insecure_reason(self) -> str | None:
         """Why this server must not start: a non-loopback listener without TLS,

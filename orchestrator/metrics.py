@@ -10,7 +10,7 @@ import ssl
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -40,6 +40,19 @@ class Metrics:
             "Timeouts and timers that appended an event",
             ["kind"],
             registry=self.registry,
+        )
+        self.worker_sessions_lost = Counter(
+            "weft_worker_sessions_lost_total",
+            "Worker sessions found expired (by this node, as the upkeep leader)",
+            registry=self.registry,
+        )
+        self.worker_lost_runs = Counter(
+            "weft_worker_lost_runs_total",
+            "Runs whose started tasks timed out because their worker was lost",
+            registry=self.registry,
+        )
+        self.leader = Gauge(
+            "weft_upkeep_leader", "1 while this node leads the upkeep", registry=self.registry
         )
 
     def rpc(self, method: str, code: str) -> Any:

@@ -1,5 +1,7 @@
-"""One orchestrator node: the gRPC service, the deadline scanner and, on
-PostgreSQL, the cross-node listener, around one store."""
+"""One orchestrator node: the gRPC service, the deadline scanner, its row in
+`nodes` and, on PostgreSQL, the cross-node listener, around one store; and,
+while it holds the upkeep lease, the work one node at a time does (the
+retention purge, the worker-session reaper)."""
 
 from __future__ import annotations
 
@@ -21,12 +23,18 @@ from orchestrator.config import ServerConfig
 from orchestrator.dispatch.listener import listen
 from orchestrator.dispatch.pollers import FLUSH_EVERY as POLLERS_FLUSH_EVERY
 from orchestrator.dispatch.pollers import PollerSightings
+from orchestrator.dispatch.sessions import FLUSH_EVERY as SESSIONS_FLUSH_EVERY
+from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
+from orchestrator.store import nodes as node_rows
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
 from orchestrator.timers.scanner import DeadlineScanner
 from orchestrator.tls import ServerTls, TlsFiles
+from orchestrator.upkeep.leader import Leadership
+from orchestrator.upkeep.membership import Membership, default_node_name
+from orchestrator.upkeep.reaper import Reaper
 from sdk.api.weft.v1 import admin_pb2, service_pb2
 
 log = structlog.get_logger("weft.server")
@@ -37,6 +45,8 @@ ADMIN_SERVICE_NAME = admin_pb2.DESCRIPTOR.services_by_name["AdminService"].full_
 MAX_MESSAGE = 64 * 1024 * 1024
 # Seconds between looks at the TLS files' stat (between connections).
 TLS_WATCH_EVERY = 5.0
+REAP_EVERY = 1.0  # seconds between the leader's looks for lost worker sessions
+PRUNE_EVERY = 600.0  # seconds between deletions of long-ended sessions and nodes
 
 
 class Server:
@@ -51,6 +61,9 @@ class Server:
         self._scanner: DeadlineScanner | None = None
         self._health = health.aio.HealthServicer()
         self._pollers = PollerSightings()
+        self._sessions = SessionBook()
+        self._membership: Membership | None = None
+        self._leadership: Leadership | None = None
         self.metrics = Metrics()
         self.tls: ServerTls | None = None
         self.guard: Guard | None = None
@@ -81,8 +94,10 @@ class Server:
             max_polls_per_client=self.config.max_polls_per_client,
             limits=self.config.limits,
             defaults=self.config.defaults,
+            session_timeout=self.config.worker_session_timeout,
+            lease_period=self.config.lease_period,
         )
-        pollers = self._pollers
+        pollers, sessions = self._pollers, self._sessions
         authenticator = None
         if self.config.auth:
             authenticator = Authenticator(store.credentials, await store.credentials.auth_secret())
@@ -93,19 +108,15 @@ class Server:
                 self.config.max_polls_per_principal, self.config.max_requests_per_principal
             ),
         )
-        self._service = WorkflowService(
-            store, tokens, self._wakeups, settings, self.metrics, pollers, self.guard
-        )
-        admin = AdminService(
-            store, tokens, self._wakeups, settings, self.metrics, pollers, self.guard
-        )
+        parts = (self._wakeups, settings, self.metrics, pollers, self.guard, sessions)
+        self._service = WorkflowService(store, tokens, *parts)
+        admin = AdminService(store, tokens, *parts)
         # A commit on this node hands its new tasks to polls waiting here.
         store.set_offer(self._service.polls.offer)
         self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
-        if self.config.purge_interval > 0:
-            self._tasks.append(asyncio.create_task(self._purge_loop(), name="retention-purge"))
+        self._tasks.append(asyncio.create_task(self._write_worker_runs(), name="worker-runs"))
         if store.is_pg:
             ready = asyncio.Event()
             self._tasks.append(
@@ -149,12 +160,17 @@ class Server:
             self.port = server.add_insecure_port(self.config.listen)
         if not self.port:
             raise OSError(f"cannot listen on {self.config.listen}")
+        await self._join(store)
+        for name in ("", SERVICE_NAME, ADMIN_SERVICE_NAME):
+            await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
         if self.config.metrics_listen:
             self.metrics.serve(self.config.metrics_listen, self.tls.files if self.tls else None)
         if self.tls is not None:
             self.tls.on_reload(self.metrics.reload_tls)
             self._tasks.append(asyncio.create_task(self._watch_tls(), name="tls-watch"))
+        assert self._membership is not None
+        await self._membership.become(node_rows.READY)
         for name in ("", SERVICE_NAME, ADMIN_SERVICE_NAME):
             await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
@@ -164,8 +180,81 @@ class Server:
             tls="mutual" if self.tls and self.tls.mutual else "on" if self.tls else "off",
             auth="required" if self.config.auth else "off",
             db=_safe(self.config.db_url),
+            node=self._membership.node_id,
         )
         return self.port
+
+    async def _join(self, store: Store) -> None:
+        """Write this node's row (starting), try for the upkeep lease once, and
+        start the loops that keep both and do the leader's upkeep."""
+        name = self.config.node_name or default_node_name(self.config.listen, self.port)
+        self._membership = Membership(store, name, self.config.listen)
+        await self._membership.arrive()
+        self._leadership = Leadership(store, name, self.config.lease_period)
+        await self._renew_lease()
+        self._tasks.append(asyncio.create_task(self._keep_membership(), name="membership"))
+        reaper = Reaper(store, self.metrics, self._session_ended)
+        self._tasks.append(asyncio.create_task(self._reap_loop(reaper), name="worker-reaper"))
+        if self.config.purge_interval > 0:
+            self._tasks.append(asyncio.create_task(self._purge_loop(), name="retention-purge"))
+
+    def _leads(self) -> bool:
+        """Whether this node does the upkeep that must not run twice at once now."""
+        return self._leadership is not None and self._leadership.leads()
+
+    async def _renew_lease(self) -> None:
+        assert self._leadership is not None
+        try:
+            leads = await self._leadership.renew()
+        except Exception as exc:  # the database is away: lead no more until it is back
+            self._leadership.forget()
+            leads = False
+            log.warning("leader.renew_failed", error=str(exc)[:200])
+        self.metrics.leader.set(1 if leads else 0)
+
+    async def _keep_membership(self) -> None:
+        """Renew the lease (or try for it) and beat, every third of a lease period."""
+        assert self._membership is not None
+        while True:
+            await asyncio.sleep(self.config.lease_period / 3)
+            await self._renew_lease()
+            try:
+                await self._membership.beat()
+            except Exception as exc:
+                log.warning("node.beat_failed", error=str(exc)[:200])
+
+    async def _reap_loop(self, reaper: Reaper) -> None:
+        assert self._store is not None
+        pruned = 0.0
+        loop = asyncio.get_running_loop()
+        while True:
+            await asyncio.sleep(REAP_EVERY)
+            if not self._leads():
+                continue
+            try:
+                await reaper.reap()
+                if loop.time() - pruned > PRUNE_EVERY:
+                    now = utcnow()
+                    await self._store.workers.prune(now)
+                    await self._store.nodes.prune(now)
+                    pruned = loop.time()
+            except Exception as exc:  # the database may be away: try again next time
+                log.warning("workers.reap_failed", error=str(exc)[:200])
+
+    def _session_ended(self, session_id: str) -> None:
+        self._sessions.ended(session_id)
+
+    async def _write_worker_runs(self) -> None:
+        """Write which sessions started tasks in which runs, every second."""
+        assert self._store is not None
+        while True:
+            await asyncio.sleep(SESSIONS_FLUSH_EVERY)
+            pairs = self._sessions.take_unwritten()
+            try:
+                await self._store.workers.record_runs(pairs)
+            except Exception as exc:  # the database may be away: keep them for next time
+                self._sessions.put_back(pairs)
+                log.warning("worker_runs.write_failed", error=str(exc)[:200])
 
     def reload_tls(self) -> None:
         """SIGHUP: read the certificate files again (new connections get them)."""
@@ -181,11 +270,13 @@ class Server:
             await asyncio.to_thread(self.tls.check)
 
     async def _purge_loop(self) -> None:
-        """Delete closed runs their retention no longer keeps, every purge interval.
-        Every node runs this; on PostgreSQL an advisory lock lets one at a time work."""
+        """Delete closed runs their retention no longer keeps, every purge interval,
+        while this node leads (and, on PostgreSQL, under an advisory lock as well)."""
         assert self._store is not None
         while True:
             await asyncio.sleep(self.config.purge_interval)
+            if not self._leads():
+                continue
             try:
                 purged = await self._store.purge_closed(utcnow())
             except Exception as exc:  # the database may be away: try again next time
@@ -216,6 +307,8 @@ class Server:
             self.guard.forget(subject)
         elif kind == "closed":
             self._wakeups.wake(("run", subject))
+        elif kind == "worker":
+            self._sessions.ended(subject)
 
     def _on_notify(self, key: TaskListKey, added: int) -> None:
         self._wakeups.wake_pollers(key, added)
@@ -238,6 +331,7 @@ class Server:
         grace = self.config.drain_grace if grace is None else grace
         if self._service is not None:
             self._service.draining = True
+        await self._say(node_rows.DRAINING)
         self._wakeups.wake_all()
         await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
@@ -248,9 +342,22 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._leadership is not None:
+            with contextlib.suppress(Exception):
+                await self._leadership.release()
+        await self._say(node_rows.GONE)
         if self._store is not None:
             await self._store.close()
         log.info("server.stopped")
+
+    async def _say(self, status: str) -> None:
+        """Record this node's status; a stop goes on if the database is away."""
+        if self._membership is None:
+            return
+        try:
+            await self._membership.become(status)
+        except Exception as exc:
+            log.warning("node.status_failed", status=status, error=str(exc)[:200])
 
 
 def _safe(url: str) -> str:

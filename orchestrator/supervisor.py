@@ -18,6 +18,8 @@ import time
 
 import structlog
 
+from orchestrator.upkeep.membership import default_node_name
+
 log = structlog.get_logger("weft.supervisor")
 
 RESTART_PAUSE = 1.0
@@ -36,6 +38,10 @@ def _worker(settings: dict[str, str], index: int) -> subprocess.Popen[bytes]:
     if metrics:
         host, _, port = metrics.rpartition(":")
         env["WEFT_METRICS_LISTEN"] = f"{host}:{int(port) + index}"
+    # Each process is a node of its own in `weft nodes`, under a name that
+    # stays the same when the supervisor restarts it.
+    base = settings.get("WEFT_NODE_NAME") or default_node_name(settings.get("WEFT_LISTEN", ""))
+    env["WEFT_NODE_NAME"] = f"{base}#{index}"
     argv = [sys.executable, "-m", "orchestrator.cli", "server", "--reuse-port"]
     return subprocess.Popen(argv, env=env)
 

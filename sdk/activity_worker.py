@@ -103,7 +103,10 @@ class ActivityWorker(Worker):
         resp: s.PollForActivityTaskResponse = await connection.rpc(
             "PollForActivityTask",
             s.PollForActivityTaskRequest(
-                namespace=self.client.namespace, task_list=task_list, identity=self.identity
+                namespace=self.client.namespace,
+                task_list=task_list,
+                identity=self.identity,
+                worker_session_id=self.session.id,
             ),
             timeout=POLL_TIMEOUT,
         )

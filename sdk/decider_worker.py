@@ -174,6 +174,7 @@ class DeciderWorker(Worker):
                 task_list=task_list,
                 identity=self.identity,
                 cache_id=self.cache.id if self.cache else "",
+                worker_session_id=self.session.id,
             ),
             timeout=POLL_TIMEOUT,
         )

@@ -16,6 +16,7 @@ from typing import Any, Literal, TypeVar
 
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.client import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, AsyncClient
+from sdk.cluster import Nodes, WorkerInfo
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.errors import WeftError
 from sdk.events import Event
@@ -223,6 +224,14 @@ class Client:
 
     def revoke_credential(self, credential_id: str) -> None:
         self.run(self.aio.revoke_credential(credential_id))
+
+    def list_workers(
+        self, *, task_list: str = "", ended_within: timedelta | None = None
+    ) -> list[WorkerInfo]:
+        return self.run(self.aio.list_workers(task_list=task_list, ended_within=ended_within))
+
+    def list_nodes(self, *, gone_within: timedelta | None = None) -> Nodes:
+        return self.run(self.aio.list_nodes(gone_within=gone_within))
 
     def register_namespace(self, name: str, *, retention: str = "", description: str = "") -> None:
         self.run(self.aio.register_namespace(name, retention=retention, description=description))

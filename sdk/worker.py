@@ -20,8 +20,9 @@ from typing import Any
 import structlog
 
 from sdk.client import AsyncClient
-from sdk.errors import UnavailableError, WeftError
+from sdk.errors import FailedPreconditionError, UnavailableError, WeftError
 from sdk.sync_client import Client
+from sdk.worker_session import WorkerSession
 
 log = structlog.get_logger("weft.worker")
 
@@ -74,6 +75,13 @@ class Worker:
             need = self.pollers * len(self.task_lists)
             raise ValueError(f"{need} polls need a concurrency of {need}, not {concurrency}")
         self.abandoned = 0
+        self.session = WorkerSession(
+            self.client,
+            kind=self.kind,
+            task_lists=self.task_lists,
+            identity=self.identity,
+            build_id=os.environ.get("WEFT_BUILD_ID", ""),
+        )
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
@@ -111,6 +119,11 @@ class Worker:
         if not prepared:
             log.info("worker.stopped", kind=self.kind, identity=self.identity)
             return
+        try:
+            await self.session.open()
+        except WeftError as exc:  # polls go on without one; the keeper tries again
+            log.warning("worker.session_failed", identity=self.identity, error=exc.message)
+        keeper = asyncio.create_task(self.session.keep())
         slots = asyncio.Semaphore(self.concurrency)
         in_flight: set[asyncio.Task[None]] = set()
         # Polls go over a few connections of their own: a server of several
@@ -138,6 +151,9 @@ class Worker:
             await asyncio.gather(*pollers, return_exceptions=True)
             await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
             await self._drain(in_flight)
+            keeper.cancel()
+            await asyncio.gather(keeper, return_exceptions=True)
+            await self.session.close()
             log.info("worker.stopped", kind=self.kind, identity=self.identity)
 
     async def _prepare(self) -> None:
@@ -219,6 +235,14 @@ class Worker:
             except UnavailableError as exc:
                 slots.release()
                 log.warning("poll.unavailable", task_list=task_list, error=exc.message)
+                await asyncio.sleep(POLL_BACKOFF)
+                continue
+            except FailedPreconditionError as exc:
+                # The session ended (the worker was cut off too long): poll
+                # without one until the keeper has registered a new one.
+                slots.release()
+                log.warning("poll.refused", task_list=task_list, error=exc.message)
+                self.session.expired()
                 await asyncio.sleep(POLL_BACKOFF)
                 continue
             except WeftError as exc:

@@ -22,6 +22,7 @@ from . import validate
 from .common import Ctx, optional_payload, timestamp
 from .credentials import CredentialsAdmin
 from .errors import grpc_errors
+from .nodes import NodesAdmin
 
 log = structlog.get_logger("weft.api")
 
@@ -35,7 +36,7 @@ def _holder(entry: LockEntry) -> a.LockHolder:
     )
 
 
-class AdminService(CredentialsAdmin, ag.AdminServiceServicer):
+class AdminService(CredentialsAdmin, NodesAdmin, ag.AdminServiceServicer):
     @grpc_errors
     async def ListLocks(self, req: a.ListLocksRequest, ctx: Ctx) -> a.ListLocksResponse:
         ns = validate.namespace(req.namespace)

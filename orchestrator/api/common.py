@@ -14,6 +14,7 @@ from google.protobuf.timestamp_pb2 import Timestamp
 from orchestrator.auth.gate import PrincipalLimits
 from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
+from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups, wait
 from orchestrator.engine.limits import Defaults, Limits
 from orchestrator.metrics import Metrics
@@ -50,6 +51,10 @@ class ServiceSettings:
     max_polls_per_client: int = DEFAULT_MAX_POLLS_PER_CLIENT
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)
+    session_timeout: float = 10.0
+    """A worker session's timeout when its RegisterWorker names none."""
+    lease_period: float = 10.0
+    """Of the upkeep lease: a node silent for three is shown lost."""
 
 
 def timestamp(at: datetime | float | None) -> Timestamp:
@@ -97,6 +102,7 @@ class ServiceBase:
         metrics: Metrics,
         pollers: PollerSightings,
         guard: Guard | None = None,
+        sessions: SessionBook | None = None,
     ) -> None:
         self.metrics = metrics
         # Authentication off unless the server hands a guard that requires it.
@@ -107,6 +113,7 @@ class ServiceBase:
         self._settings = settings
         self.polls = LongPolls(wakeups, settings.max_polls_per_client)
         self._pollers = pollers
+        self.sessions = sessions or SessionBook()
 
     @property
     def draining(self) -> bool:

@@ -104,7 +104,7 @@ class Guard:
         """What the call touches, as far as grants care, from the request alone.
         What only the run knows (its type, its task list) is checked where the
         handler has the run: `check_run`."""
-        if rpc in _CREDENTIALS or rpc == "PurgeClosedRuns":
+        if rpc in _CREDENTIALS or rpc in ("PurgeClosedRuns", "ListNodes"):
             return Scope()
         if rpc in _TOKEN_KINDS:
             token = self._tokens.decode(req.task_token, _TOKEN_KINDS[rpc])
@@ -120,6 +120,8 @@ class Guard:
         ns = validate.namespace(req.namespace)
         if rpc in _POLLS or rpc == "DescribeTaskList":
             return Scope(namespace=ns, task_list=req.task_list)
+        if rpc == "ListWorkers":
+            return Scope(namespace=ns, task_list=req.task_list or None)
         if rpc in ("RegisterWorkflowType", "RegisterActivityType"):
             # A worker narrowed to task lists registers types on those lists only.
             return Scope(namespace=ns, task_list=req.default_task_list)

@@ -26,6 +26,7 @@ from .common import HISTORY_PAGE, Ctx, ServiceSettings, execution_info, optional
 from .errors import grpc_errors
 from .guard import check_run
 from .tasks import TaskService
+from .workers import WorkerSessionsApi
 
 __all__ = ["ServiceSettings", "WorkflowService"]
 
@@ -33,7 +34,7 @@ log = structlog.get_logger("weft.api")
 R = TypeVar("R")
 
 
-class WorkflowService(TaskService, sg.WorkflowServiceServicer):
+class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer):
     # -- starting and talking to workflows --------------------------------------
 
     async def _start_command(self, req: s.StartWorkflowRequest, ns: str) -> StartCommand:

@@ -118,6 +118,8 @@ class TaskService(ServiceBase):
     ) -> s.PollForDecisionTaskResponse:
         ns = validate.namespace(req.namespace)
         validate.name("task_list", req.task_list)
+        session = validate.optional_name("worker_session_id", req.worker_session_id)
+        self.sessions.check(session)
         key = TaskListKey(ns, DECISION, req.task_list)
 
         poller, who = caller.principal.get(), current_caller()
@@ -125,7 +127,8 @@ class TaskService(ServiceBase):
         def take(t: Transition, scheduled_id: int) -> DecisionStart:
             self.guard.still_admitted(who)  # (before anything is appended)
             with t.caused_by(poller):
-                return DecisionStart.of(t, start_decision_task(t, scheduled_id, req.identity))
+                started = start_decision_task(t, scheduled_id, req.identity, session)
+            return DecisionStart.of(t, started)
 
         got = await self._long_poll(
             key,
@@ -139,6 +142,7 @@ class TaskService(ServiceBase):
             return s.PollForDecisionTaskResponse()
         self.metrics.tasks_claimed.labels(DECISION).inc()
         run, started_id = got.key, got.started_id
+        self.sessions.started(session, run.run_id)
         limit = self._settings.limits.events_per_run
         token = TaskToken(run, DECISION, got.scheduled_id, started_id, got.attempt, req.task_list)
         # A decider whose cache holds the run up to its previous task gets only
@@ -315,6 +319,8 @@ class TaskService(ServiceBase):
     ) -> s.PollForActivityTaskResponse:
         ns = validate.namespace(req.namespace)
         validate.name("task_list", req.task_list)
+        session = validate.optional_name("worker_session_id", req.worker_session_id)
+        self.sessions.check(session)
         key = TaskListKey(ns, ACTIVITY, req.task_list)
 
         poller, who = caller.principal.get(), current_caller()
@@ -322,7 +328,7 @@ class TaskService(ServiceBase):
         def take(t: Transition, scheduled_id: int) -> ActivityStart:
             self.guard.still_admitted(who)  # (before anything is appended)
             with t.caused_by(poller):
-                act = activities.start_activity_task(t, scheduled_id, req.identity)
+                act = activities.start_activity_task(t, scheduled_id, req.identity, session)
             return ActivityStart.of(t, act.activity_id, scheduled_id)
 
         got = await self._long_poll(
@@ -336,6 +342,7 @@ class TaskService(ServiceBase):
             return s.PollForActivityTaskResponse()
         self.metrics.tasks_claimed.labels(ACTIVITY).inc()
         run, started = got.key, got.started
+        self.sessions.started(session, run.run_id)
         started_id = started.event_id
         # The input is not in the run state: its ActivityScheduled event has it
         # (in the transition that handed the task over, or in the history).

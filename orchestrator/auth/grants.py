@@ -38,6 +38,11 @@ CALLERS: dict[str, frozenset[str]] = {
     "DescribeTaskList": frozenset({WORKER, READER}),
     "RegisterWorkflowType": frozenset({WORKER}),
     "RegisterActivityType": frozenset({WORKER}),
+    # worker sessions (a worker narrowed to task lists registers on those only)
+    "RegisterWorker": frozenset({WORKER}),
+    "RecordWorkerHeartbeat": frozenset({WORKER}),
+    "UnregisterWorker": frozenset({WORKER}),
+    "ListWorkers": frozenset({WORKER, READER}),
     # AdminService
     "ListLocks": frozenset({READER}),
     "ForceReleaseLock": frozenset(),
@@ -49,6 +54,8 @@ CALLERS: dict[str, frozenset[str]] = {
     "AddPrincipal": frozenset(),
     "ListCredentials": frozenset(),
     "RevokeCredential": frozenset(),
+    # the cluster: any reader may see its nodes
+    "ListNodes": frozenset({READER}),
 }
 
 # Calls that act on every namespace at once: only an admin of "*" may make them.

@@ -117,6 +117,28 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     show_default=True,
     help="with --auth: requests per second one principal may make (0: no limit)",
 )
+@click.option(
+    "--node-name",
+    envvar="WEFT_NODE_NAME",
+    default="",
+    help="this node's stable name in `weft nodes` (default: HOST:PORT)",
+)
+@click.option(
+    "--lease-period",
+    envvar="WEFT_LEASE_PERIOD",
+    type=DURATION,
+    default="10s",
+    show_default=True,
+    help="the upkeep leader's lease: a dead leader is replaced within two",
+)
+@click.option(
+    "--worker-session-timeout",
+    envvar="WEFT_WORKER_SESSION_TIMEOUT",
+    type=DURATION,
+    default="10s",
+    show_default=True,
+    help="a worker silent this long is lost: its started tasks time out (WORKER_LOST)",
+)
 @click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
 def server(
     db_url: str,
@@ -135,12 +157,22 @@ def server(
     auth: bool,
     max_polls_per_principal: int,
     max_requests_per_principal: float,
+    node_name: str,
+    lease_period: timedelta,
+    worker_session_timeout: timedelta,
 ) -> None:
     """Run an orchestrator node."""
     from orchestrator import logging as weft_logging
     from orchestrator.server import Server
 
     weft_logging.configure(log_level)
+    if lease_period.total_seconds() < 1 or worker_session_timeout.total_seconds() < 2:
+        click.echo(
+            "weft server: --lease-period must be at least 1s"
+            " and --worker-session-timeout at least 2s",
+            err=True,
+        )
+        sys.exit(2)
     _warn_of_a_visible_password(db_url)
     tls = _tls_files(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
     if workers > 1 and not reuse_port:  # (a worker of a supervisor never supervises)
@@ -159,6 +191,9 @@ def server(
             "WEFT_LOG_LEVEL": log_level,
             "WEFT_MAX_POLLS_PER_PRINCIPAL": str(max_polls_per_principal),
             "WEFT_MAX_REQUESTS_PER_PRINCIPAL": str(max_requests_per_principal),
+            "WEFT_NODE_NAME": node_name,
+            "WEFT_LEASE_PERIOD": f"{lease_period.total_seconds()}s",
+            "WEFT_WORKER_SESSION_TIMEOUT": f"{worker_session_timeout.total_seconds()}s",
             **tls,
         }
         sys.exit(supervise(settings, workers))
@@ -177,6 +212,9 @@ def server(
         auth=auth,
         max_polls_per_principal=max_polls_per_principal,
         max_requests_per_principal=max_requests_per_principal,
+        node_name=node_name,
+        lease_period=lease_period.total_seconds(),
+        worker_session_timeout=worker_session_timeout.total_seconds(),
     )
     try:
         asyncio.run(_serve(Server(config)))

@@ -13,13 +13,20 @@ from .tokens import TaskToken, check_open
 from .transition import Transition
 
 
-def start_activity_task(t: Transition, scheduled_id: int, identity: str) -> ActivityState:
+def start_activity_task(
+    t: Transition, scheduled_id: int, identity: str, session: str = ""
+) -> ActivityState:
     check_open(t.state)
     act = t.state.activity_by_scheduled_id(scheduled_id)
     if act is None or act.started_id or act.cancel_requested_id:
         raise NotFound("activity task is no longer available")
     t.emit(
-        h.ActivityStartedAttributes(scheduled_event_id=scheduled_id, identity=identity, attempt=1)
+        h.ActivityStartedAttributes(
+            scheduled_event_id=scheduled_id,
+            identity=identity,
+            attempt=1,
+            worker_session_id=session,
+        )
     )
     return act
 

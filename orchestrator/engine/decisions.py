@@ -77,8 +77,9 @@ class DecisionContext:
     reaches, "") or ("", why it cannot: UNKNOWN_EXTERNAL_WORKFLOW, SIGNAL_LIMIT_EXCEEDED)."""
 
 
-def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> int:
-    """Hand out the decision task `scheduled_id`; the id of its DeciderStarted."""
+def start_decision_task(t: Transition, scheduled_id: int, identity: str, session: str = "") -> int:
+    """Hand out the decision task `scheduled_id`; the id of its DeciderStarted.
+    `session`: the worker session of the decider taking it ("" for none)."""
     check_open(t.state)
     dec = t.state.decider
     if dec.retry_pending:
@@ -86,9 +87,11 @@ def start_decision_task(t: Transition, scheduled_id: int, identity: str) -> int:
             raise NotFound("decision task is no longer available")
         if not dec.scheduled_id:
             # Nothing came in that the decider must see: the same window again.
+            dec.started_session = session
             return attempts.hand_out_again(t)
     elif dec.started_id or dec.scheduled_id != scheduled_id:
         raise NotFound("decision task is no longer available")
+    dec.started_session = session
     return t.emit(
         h.DeciderStartedAttributes(
             # Only a retry says so: the usual history stays as SWF writes it.

@@ -191,9 +191,12 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         d.started_id = d.started_scheduled_id = 0
         d.started_at = 0.0
         d.attempt += 1
-        d.failure_cause = (
-            event.decider_failed.cause if t == "DeciderFailed" else decider_attempts.TIMEOUT
-        )
+        if t == "DeciderFailed":
+            d.failure_cause = event.decider_failed.cause
+        elif event.decider_timed_out.timeout_type == "WORKER_LOST":
+            d.failure_cause = "WORKER_LOST"
+        else:
+            d.failure_cause = decider_attempts.TIMEOUT
     elif t == "ActivityScheduled":
         s = event.activity_scheduled
         state.activities[s.activity_id] = ActivityState(
@@ -214,6 +217,7 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         act.started_id, act.started_at = event.event_id, at
         act.identity = event.activity_started.identity
         act.principal = event.principal
+        act.session = event.activity_started.worker_session_id
     elif t == "ActivityCancelRequested":
         state.activities[
             event.activity_cancel_requested.activity_id

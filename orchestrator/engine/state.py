@@ -52,6 +52,9 @@ class DeciderState:
     cached_by: str = ""
     """The cache of the decider that completed the last decision task, if it
     keeps one: it holds the history up to `previous_started_id`."""
+    started_session: str = ""
+    """The worker session of the decider that has the started task ("" for
+    none): a retried attempt appends no DeciderStarted, so it lives here."""
 
 
 _OUTSIDE_HISTORY = (
@@ -62,6 +65,7 @@ _OUTSIDE_HISTORY = (
     "failure_cause",
     "failure_message",
     "cached_by",
+    "started_session",
 )
 _DECIDER_DEFAULTS = asdict(DeciderState())
 
@@ -88,6 +92,8 @@ class ActivityState:
     identity: str = ""
     principal: str = ""
     """Who started it, as the server authenticated them (its ActivityStarted's)."""
+    session: str = ""
+    """The worker session of the runner that started it (its ActivityStarted's)."""
     cancel_requested_id: int = 0
     last_heartbeat_at: float = 0.0
     heartbeat_details: str = ""

@@ -23,6 +23,50 @@ def _by_started(state: RunState, started_id: int) -> ActivityState:
     return next(a for a in state.activities.values() if a.started_id == started_id)
 
 
+WORKER_LOST = "WORKER_LOST"
+
+
+def worker_lost(t: Transition, session_id: str, identity: str) -> bool:
+    """The worker session `session_id` expired or ended: time out at once every
+    task of this run it had started (a decider sees WORKER_LOST like any other
+    timeout). False if it had none here any more."""
+    s = t.state
+    if not s.is_open:
+        return False
+    lost = False
+    for act in list(s.activities.values()):
+        if not act.started_id or act.session != session_id:
+            continue
+        attrs = h.ActivityTimedOutAttributes(
+            scheduled_event_id=act.scheduled_id,
+            started_event_id=act.started_id,
+            timeout_type=WORKER_LOST,
+            identity=identity,
+            worker_session_id=session_id,
+        )
+        details = last_heartbeat(act)
+        if details is not None:
+            attrs.details.CopyFrom(details)
+        t.emit(attrs)
+        lost = True
+    d = s.decider
+    if d.started_id and not d.retry_pending and d.started_session == session_id:
+        if attempts.retried_quietly(t):
+            attempts.park(t, WORKER_LOST, f"the session of {identity} expired")
+        else:
+            t.emit(
+                h.DeciderTimedOutAttributes(
+                    scheduled_event_id=d.started_scheduled_id,
+                    started_event_id=d.started_id,
+                    timeout_type=WORKER_LOST,
+                    identity=identity,
+                    worker_session_id=session_id,
+                )
+            )
+        lost = True
+    return lost
+
+
 def fire_deadline(t: Transition, kind: str, ref_id: int) -> bool:
     s = t.state
     due = derived.deadlines(s).get((kind, ref_id))

@@ -95,6 +95,12 @@ def upsert_many(is_pg: bool, table: Any, keys: list[str], update: list[str]) -> 
     )
 
 
+def insert_ignoring(is_pg: bool, table: Any, keys: list[str]) -> Insert:
+    """An insert to run with many rows: a row whose key is there already is skipped."""
+    ins = postgresql.insert(table) if is_pg else sqlite.insert(table)
+    return ins.on_conflict_do_nothing(index_elements=keys)
+
+
 def is_conflict(exc: BaseException) -> bool:
     """Serialization failure or deadlock: another transaction won."""
     return getattr(getattr(exc, "orig", None), "sqlstate", None) in ("40001", "40P01")

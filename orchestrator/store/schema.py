@@ -228,3 +228,62 @@ credentials = Table(
     Column("revoked_at", DateTime()),
     Index(None, "subject"),
 )
+
+# A worker's session (README "Workers and nodes"): it registers, heartbeats
+# (moving `expires_at`), and unregisters or is found lost by the reaper.
+worker_sessions = Table(
+    "worker_sessions",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("namespace", ID, nullable=False),
+    Column("identity", ID, nullable=False),
+    Column("host", ID, nullable=False),
+    Column("pid", BigInteger, nullable=False),
+    Column("task_lists", Text, nullable=False),  # JSON [[kind, name], ...]
+    Column("build_id", ID, nullable=False),
+    Column("principal", ID, nullable=False),
+    Column("timeout", Float, nullable=False),
+    Column("status", String(16), nullable=False),  # live, stopped, lost
+    Column("registered_at", DateTime(), nullable=False),
+    Column("last_seen", DateTime(), nullable=False),
+    Column("expires_at", DateTime(), nullable=False),
+    Column("ended_at", DateTime()),
+    Index(None, "status", "expires_at"),
+    Index(None, "namespace", "registered_at"),
+)
+
+# The runs in which a session started a task: where the reaper looks when the
+# session is lost. Written a second or so after the start (in batches, off the
+# hot path); a stale row only costs the reaper one look at a run.
+worker_runs = Table(
+    "worker_runs",
+    metadata,
+    Column("session_id", String(64), primary_key=True),
+    Column("run_id", RUN_ID, primary_key=True),
+)
+
+# Server nodes sharing the database, by their stable name (host:port).
+nodes = Table(
+    "nodes",
+    metadata,
+    Column("node_id", ID, primary_key=True),
+    Column("host", ID, nullable=False),
+    Column("pid", BigInteger, nullable=False),
+    Column("listen", ID, nullable=False),
+    Column("version", String(64), nullable=False),
+    Column("status", String(16), nullable=False),  # starting, ready, draining, gone
+    Column("started_at", DateTime(), nullable=False),
+    Column("last_seen", DateTime(), nullable=False),
+    Column("unexpected_shutdowns", BigInteger, nullable=False),
+    Column("last_unexpected_shutdown", DateTime()),
+)
+
+# Named leases; "upkeep" makes one node the leader for the work that must not
+# run twice at once.
+leases = Table(
+    "leases",
+    metadata,
+    Column("name", ID, primary_key=True),
+    Column("holder", ID, nullable=False),
+    Column("expires_at", DateTime(), nullable=False),
+)

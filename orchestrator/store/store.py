@@ -39,9 +39,11 @@ from . import dialect, migrate
 from .cache import CachedRun
 from .credentials import Credentials
 from .locked import LockedWrites
+from .nodes import Nodes
 from .pg_writer import PgWriter
 from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
 from .sqlite_writer import SqliteWriter
+from .workers import WorkerSessions
 from .writes import Before, Candidate, Conflict, multi_run, plan
 
 __all__ = [
@@ -81,6 +83,8 @@ _LOST = _Lost()
 class Store(LockedWrites):
     _hot: PgWriter | SqliteWriter
     credentials: Credentials
+    workers: WorkerSessions
+    nodes: Nodes
 
     @classmethod
     async def open(
@@ -94,6 +98,8 @@ class Store(LockedWrites):
         store = cls(dialect.create_engine(url), on_commit)
         store._offer = offer
         store.credentials = Credentials(store)
+        store.workers = WorkerSessions(store)
+        store.nodes = Nodes(store)
         if store.is_pg:
             store._hot = PgWriter(dialect.libpq_url(url), store.stats)
         else:

@@ -94,6 +94,12 @@ ALLOWED: dict[str, set[str]] = {
     "ListCredentials": ADMINS | {"admin-other-ns"},  # it lists only its own namespace's
     # An admin of another namespace is told "not found", as for an id that does not exist.
     "RevokeCredential": ADMINS | {"admin-other-ns"},
+    "RegisterWorker": ADMINS | {"worker"},
+    "RecordWorkerHeartbeat": ADMINS | {"worker"},
+    "UnregisterWorker": ADMINS | {"worker"},
+    "ListWorkers": ADMINS | {"worker", "reader"},
+    # The cluster's nodes are no namespace's: any admin or reader may see them.
+    "ListNodes": ADMINS | {"reader", "admin-other-ns"},
 }
 # What an allowed call answers (the requests aim at things that make it fail
 # harmlessly where succeeding would disturb the other cases).
@@ -108,12 +114,14 @@ ANSWER: dict[str, grpc.StatusCode] = {
     "RespondActivityTaskCompleted": NOT_FOUND,
     "RespondActivityTaskFailed": NOT_FOUND,
     "RespondActivityTaskCanceled": NOT_FOUND,
+    "RecordWorkerHeartbeat": NOT_FOUND,  # a session that does not exist
 }
 # Callers refused by the grant's narrowing, beyond the role table.
 NARROWED_OUT: dict[str, set[str]] = {
     "worker-tl-b": {"PollForDecisionTask", "PollForActivityTask", "DescribeTaskList"}
     | {"GetWorkflowHistory", "RegisterWorkflowType", "RegisterActivityType"}
-    | {m for m in ALLOWED if m.startswith(("Respond", "Record"))},
+    | {"RegisterWorker", "ListWorkers"}
+    | {m for m in ALLOWED if m.startswith(("Respond", "RecordActivity"))},
     "starter-other-type": {
         "StartWorkflow",
         "SignalWithStartWorkflow",
@@ -282,6 +290,19 @@ def requests(setup: Setup) -> dict[str, Callable[[], Any]]:
         ),
         "ListCredentials": lambda: a.ListCredentialsRequest(),
         "RevokeCredential": lambda: a.RevokeCredentialRequest(id="k_000000000000"),
+        "RegisterWorker": lambda: s.RegisterWorkerRequest(
+            namespace="default",
+            identity="w",
+            task_lists=[s.WorkerTaskList(name="tl-a", kind=c.TASK_LIST_KIND_ACTIVITY)],
+        ),
+        "RecordWorkerHeartbeat": lambda: s.RecordWorkerHeartbeatRequest(
+            namespace="default", worker_session_id="no-such-session"
+        ),
+        "UnregisterWorker": lambda: s.UnregisterWorkerRequest(
+            namespace="default", worker_session_id="no-such-session"
+        ),
+        "ListWorkers": lambda: s.ListWorkersRequest(namespace="default", task_list="tl-a"),
+        "ListNodes": lambda: a.ListNodesRequest(),
     }
 
 

@@ -654,3 +654,112 @@ class RevokeCredentialResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RevokeCredentialResponse: _TypeAlias = RevokeCredentialResponse  # noqa: Y015
+
+@_typing.final
+class ListNodesRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    GONE_WITHIN_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def gone_within(self) -> _duration_pb2.Duration:
+        """Nodes gone (stopped or lost) within this long are listed too. Unset: one hour."""
+
+    def __init__(
+        self,
+        *,
+        gone_within: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["gone_within", b"gone_within"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["gone_within", b"gone_within"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNodesRequest: _TypeAlias = ListNodesRequest  # noqa: Y015
+
+@_typing.final
+class NodeInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODE_ID_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    LISTEN_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    STARTED_TIME_FIELD_NUMBER: _builtins.int
+    LAST_SEEN_TIME_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    UNEXPECTED_SHUTDOWNS_FIELD_NUMBER: _builtins.int
+    LAST_UNEXPECTED_SHUTDOWN_TIME_FIELD_NUMBER: _builtins.int
+    VERSION_FIELD_NUMBER: _builtins.int
+    node_id: _builtins.str
+    host: _builtins.str
+    pid: _builtins.int
+    listen: _builtins.str
+    """The address it serves on, as configured."""
+    status: _builtins.str
+    """"starting", "ready", "draining", "gone" (stopped cleanly) or "lost" (no
+    heartbeat for three lease periods).
+    """
+    leader: _builtins.bool
+    unexpected_shutdowns: _builtins.int
+    """Times this node id started again after it had stopped without saying so
+    (kill -9, a crash, a lost machine), and when it last found that.
+    """
+    version: _builtins.str
+    @_builtins.property
+    def started_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_seen_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_unexpected_shutdown_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        node_id: _builtins.str = ...,
+        host: _builtins.str = ...,
+        pid: _builtins.int = ...,
+        listen: _builtins.str = ...,
+        status: _builtins.str = ...,
+        started_time: _timestamp_pb2.Timestamp | None = ...,
+        last_seen_time: _timestamp_pb2.Timestamp | None = ...,
+        leader: _builtins.bool = ...,
+        unexpected_shutdowns: _builtins.int = ...,
+        last_unexpected_shutdown_time: _timestamp_pb2.Timestamp | None = ...,
+        version: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["last_seen_time", b"last_seen_time", "last_unexpected_shutdown_time", b"last_unexpected_shutdown_time", "started_time", b"started_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["host", b"host", "last_seen_time", b"last_seen_time", "last_unexpected_shutdown_time", b"last_unexpected_shutdown_time", "leader", b"leader", "listen", b"listen", "node_id", b"node_id", "pid", b"pid", "started_time", b"started_time", "status", b"status", "unexpected_shutdowns", b"unexpected_shutdowns", "version", b"version"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___NodeInfo: _TypeAlias = NodeInfo  # noqa: Y015
+
+@_typing.final
+class ListNodesResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NODES_FIELD_NUMBER: _builtins.int
+    LEADER_FIELD_NUMBER: _builtins.int
+    LEASE_EXPIRE_TIME_FIELD_NUMBER: _builtins.int
+    leader: _builtins.str
+    """The leader's node id and when its lease ends ("" when none holds it)."""
+    @_builtins.property
+    def nodes(self) -> _containers.RepeatedCompositeFieldContainer[Global___NodeInfo]: ...
+    @_builtins.property
+    def lease_expire_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        nodes: _abc.Iterable[Global___NodeInfo] | None = ...,
+        leader: _builtins.str = ...,
+        lease_expire_time: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["lease_expire_time", b"lease_expire_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["leader", b"leader", "lease_expire_time", b"lease_expire_time", "nodes", b"nodes"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListNodesResponse: _TypeAlias = ListNodesResponse  # noqa: Y015

@@ -86,6 +86,11 @@ class AdminServiceStub:
                 request_serializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialResponse.FromString,
                 _registered_method=True)
+        self.ListNodes = channel.unary_unary(
+                '/weft.v1.AdminService/ListNodes',
+                request_serializer=weft_dot_v1_dot_admin__pb2.ListNodesRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.ListNodesResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -165,6 +170,14 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def ListNodes(self, request, context):
+        """The server nodes sharing the database, and which one leads the upkeep
+        (retention purge, schedules, the worker-session reaper).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -217,6 +230,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.RevokeCredential,
                     request_deserializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialRequest.FromString,
                     response_serializer=weft_dot_v1_dot_admin__pb2.RevokeCredentialResponse.SerializeToString,
+            ),
+            'ListNodes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListNodes,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.ListNodesRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.ListNodesResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -491,6 +509,33 @@ class AdminService:
             '/weft.v1.AdminService/RevokeCredential',
             weft_dot_v1_dot_admin__pb2.RevokeCredentialRequest.SerializeToString,
             weft_dot_v1_dot_admin__pb2.RevokeCredentialResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListNodes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/ListNodes',
+            weft_dot_v1_dot_admin__pb2.ListNodesRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.ListNodesResponse.FromString,
             options,
             channel_credentials,
             insecure,

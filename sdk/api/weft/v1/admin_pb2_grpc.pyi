@@ -60,6 +60,10 @@ class AdminServiceStub:
     AddPrincipal: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AddPrincipalRequest, _admin_pb2.AddPrincipalResponse]
     ListCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]
     RevokeCredential: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.RevokeCredentialResponse]
+    ListNodes: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListNodesRequest, _admin_pb2.ListNodesResponse]
+    """The server nodes sharing the database, and which one leads the upkeep
+    (retention purge, schedules, the worker-session reaper).
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -93,6 +97,10 @@ class AdminServiceAsyncStub(AdminServiceStub):
     AddPrincipal: _aio.UnaryUnaryMultiCallable[_admin_pb2.AddPrincipalRequest, _admin_pb2.AddPrincipalResponse]  # type: ignore[assignment]
     ListCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]  # type: ignore[assignment]
     RevokeCredential: _aio.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.RevokeCredentialResponse]  # type: ignore[assignment]
+    ListNodes: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListNodesRequest, _admin_pb2.ListNodesResponse]  # type: ignore[assignment]
+    """The server nodes sharing the database, and which one leads the upkeep
+    (retention purge, schedules, the worker-session reaper).
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operators' service: locks now; namespaces, replay, retention and nodes as
@@ -183,5 +191,15 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.RevokeCredentialRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.RevokeCredentialResponse, _abc.Awaitable[_admin_pb2.RevokeCredentialResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListNodes(
+        self,
+        request: _admin_pb2.ListNodesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.ListNodesResponse, _abc.Awaitable[_admin_pb2.ListNodesResponse]]:
+        """The server nodes sharing the database, and which one leads the upkeep
+        (retention purge, schedules, the worker-session reaper).
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

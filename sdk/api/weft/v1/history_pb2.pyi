@@ -600,19 +600,28 @@ class DeciderTimedOutAttributes(_message.Message):
     SCHEDULED_EVENT_ID_FIELD_NUMBER: _builtins.int
     STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     TIMEOUT_TYPE_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
     scheduled_event_id: _builtins.int
     started_event_id: _builtins.int
     timeout_type: _builtins.str
+    """START_TO_CLOSE, or WORKER_LOST: the session of the worker that started
+    the task expired (identity and worker_session_id say whose).
+    """
+    identity: _builtins.str
+    worker_session_id: _builtins.str
     def __init__(
         self,
         *,
         scheduled_event_id: _builtins.int = ...,
         started_event_id: _builtins.int = ...,
         timeout_type: _builtins.str = ...,
+        identity: _builtins.str = ...,
+        worker_session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["scheduled_event_id", b"scheduled_event_id", "started_event_id", b"started_event_id", "timeout_type", b"timeout_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "scheduled_event_id", b"scheduled_event_id", "started_event_id", b"started_event_id", "timeout_type", b"timeout_type", "worker_session_id", b"worker_session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -735,19 +744,23 @@ class ActivityStartedAttributes(_message.Message):
     SCHEDULED_EVENT_ID_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
     ATTEMPT_FIELD_NUMBER: _builtins.int
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
     scheduled_event_id: _builtins.int
     identity: _builtins.str
     attempt: _builtins.int
+    worker_session_id: _builtins.str
+    """The worker session of the runner that started it ("" for none)."""
     def __init__(
         self,
         *,
         scheduled_event_id: _builtins.int = ...,
         identity: _builtins.str = ...,
         attempt: _builtins.int = ...,
+        worker_session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "identity", b"identity", "scheduled_event_id", b"scheduled_event_id"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["attempt", b"attempt", "identity", b"identity", "scheduled_event_id", b"scheduled_event_id", "worker_session_id", b"worker_session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -825,10 +838,17 @@ class ActivityTimedOutAttributes(_message.Message):
     STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     TIMEOUT_TYPE_FIELD_NUMBER: _builtins.int
     DETAILS_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
     scheduled_event_id: _builtins.int
     started_event_id: _builtins.int
     timeout_type: _builtins.str
-    """START_TO_CLOSE, SCHEDULE_TO_CLOSE or HEARTBEAT."""
+    """START_TO_CLOSE, SCHEDULE_TO_CLOSE, HEARTBEAT, or WORKER_LOST: the
+    session of the runner that started it expired (identity and
+    worker_session_id say whose).
+    """
+    identity: _builtins.str
+    worker_session_id: _builtins.str
     @_builtins.property
     def details(self) -> _common_pb2.Payload:
         """The last heartbeat details, if the activity sent any."""
@@ -840,10 +860,12 @@ class ActivityTimedOutAttributes(_message.Message):
         started_event_id: _builtins.int = ...,
         timeout_type: _builtins.str = ...,
         details: _common_pb2.Payload | None = ...,
+        identity: _builtins.str = ...,
+        worker_session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "scheduled_event_id", b"scheduled_event_id", "started_event_id", b"started_event_id", "timeout_type", b"timeout_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "identity", b"identity", "scheduled_event_id", b"scheduled_event_id", "started_event_id", b"started_event_id", "timeout_type", b"timeout_type", "worker_session_id", b"worker_session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

@@ -654,6 +654,7 @@ class PollForDecisionTaskRequest(_message.Message):
     TASK_LIST_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
     CACHE_ID_FIELD_NUMBER: _builtins.int
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     task_list: _builtins.str
     identity: _builtins.str
@@ -662,6 +663,10 @@ class PollForDecisionTaskRequest(_message.Message):
     RespondDecisionTaskCompletedRequest): a task of a run it holds comes with
     only the events it has not seen.
     """
+    worker_session_id: _builtins.str
+    """The poller's worker session (RegisterWorker), "" for none: a task it
+    starts times out as WORKER_LOST as soon as the session expires.
+    """
     def __init__(
         self,
         *,
@@ -669,10 +674,11 @@ class PollForDecisionTaskRequest(_message.Message):
         task_list: _builtins.str = ...,
         identity: _builtins.str = ...,
         cache_id: _builtins.str = ...,
+        worker_session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_id", b"cache_id", "identity", b"identity", "namespace", b"namespace", "task_list", b"task_list"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_id", b"cache_id", "identity", b"identity", "namespace", b"namespace", "task_list", b"task_list", "worker_session_id", b"worker_session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -840,19 +846,23 @@ class PollForActivityTaskRequest(_message.Message):
     NAMESPACE_FIELD_NUMBER: _builtins.int
     TASK_LIST_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     task_list: _builtins.str
     identity: _builtins.str
+    worker_session_id: _builtins.str
+    """As for PollForDecisionTaskRequest."""
     def __init__(
         self,
         *,
         namespace: _builtins.str = ...,
         task_list: _builtins.str = ...,
         identity: _builtins.str = ...,
+        worker_session_id: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "namespace", b"namespace", "task_list", b"task_list"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "namespace", b"namespace", "task_list", b"task_list", "worker_session_id", b"worker_session_id"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1291,3 +1301,282 @@ class RegisterActivityTypeResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___RegisterActivityTypeResponse: _TypeAlias = RegisterActivityTypeResponse  # noqa: Y015
+
+@_typing.final
+class WorkerTaskList(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    kind: _common_pb2.TaskListKind.ValueType
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: _common_pb2.TaskListKind.ValueType = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["kind", b"kind", "name", b"name"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerTaskList: _TypeAlias = WorkerTaskList  # noqa: Y015
+
+@_typing.final
+class RegisterWorkerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    TASK_LISTS_FIELD_NUMBER: _builtins.int
+    BUILD_ID_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    identity: _builtins.str
+    host: _builtins.str
+    pid: _builtins.int
+    build_id: _builtins.str
+    """The worker's build or version, as its operator names it."""
+    @_builtins.property
+    def task_lists(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerTaskList]: ...
+    @_builtins.property
+    def session_timeout(self) -> _duration_pb2.Duration:
+        """Unset: the server's default (10 s). At least 2 s, at most 10 minutes."""
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        identity: _builtins.str = ...,
+        host: _builtins.str = ...,
+        pid: _builtins.int = ...,
+        task_lists: _abc.Iterable[Global___WorkerTaskList] | None = ...,
+        build_id: _builtins.str = ...,
+        session_timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["session_timeout", b"session_timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "host", b"host", "identity", b"identity", "namespace", b"namespace", "pid", b"pid", "session_timeout", b"session_timeout", "task_lists", b"task_lists"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterWorkerRequest: _TypeAlias = RegisterWorkerRequest  # noqa: Y015
+
+@_typing.final
+class RegisterWorkerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
+    HEARTBEAT_INTERVAL_FIELD_NUMBER: _builtins.int
+    SESSION_TIMEOUT_FIELD_NUMBER: _builtins.int
+    worker_session_id: _builtins.str
+    @_builtins.property
+    def heartbeat_interval(self) -> _duration_pb2.Duration:
+        """Heartbeat at least this often; the session expires after session_timeout
+        without one.
+        """
+
+    @_builtins.property
+    def session_timeout(self) -> _duration_pb2.Duration: ...
+    def __init__(
+        self,
+        *,
+        worker_session_id: _builtins.str = ...,
+        heartbeat_interval: _duration_pb2.Duration | None = ...,
+        session_timeout: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "session_timeout", b"session_timeout"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["heartbeat_interval", b"heartbeat_interval", "session_timeout", b"session_timeout", "worker_session_id", b"worker_session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RegisterWorkerResponse: _TypeAlias = RegisterWorkerResponse  # noqa: Y015
+
+@_typing.final
+class RecordWorkerHeartbeatRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    worker_session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        worker_session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "worker_session_id", b"worker_session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordWorkerHeartbeatRequest: _TypeAlias = RecordWorkerHeartbeatRequest  # noqa: Y015
+
+@_typing.final
+class RecordWorkerHeartbeatResponse(_message.Message):
+    """FAILED_PRECONDITION when the session has expired: register again."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___RecordWorkerHeartbeatResponse: _TypeAlias = RecordWorkerHeartbeatResponse  # noqa: Y015
+
+@_typing.final
+class UnregisterWorkerRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    worker_session_id: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        worker_session_id: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "worker_session_id", b"worker_session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterWorkerRequest: _TypeAlias = UnregisterWorkerRequest  # noqa: Y015
+
+@_typing.final
+class UnregisterWorkerResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    def __init__(
+        self,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___UnregisterWorkerResponse: _TypeAlias = UnregisterWorkerResponse  # noqa: Y015
+
+@_typing.final
+class ListWorkersRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    TASK_LIST_FIELD_NUMBER: _builtins.int
+    ENDED_WITHIN_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    task_list: _builtins.str
+    """Only workers polling this task list ("" for all)."""
+    @_builtins.property
+    def ended_within(self) -> _duration_pb2.Duration:
+        """Sessions that ended (stopped or lost) within this long are listed too.
+        Unset: one hour.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        task_list: _builtins.str = ...,
+        ended_within: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["ended_within", b"ended_within"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["ended_within", b"ended_within", "namespace", b"namespace", "task_list", b"task_list"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersRequest: _TypeAlias = ListWorkersRequest  # noqa: Y015
+
+@_typing.final
+class WorkerInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKER_SESSION_ID_FIELD_NUMBER: _builtins.int
+    IDENTITY_FIELD_NUMBER: _builtins.int
+    HOST_FIELD_NUMBER: _builtins.int
+    PID_FIELD_NUMBER: _builtins.int
+    TASK_LISTS_FIELD_NUMBER: _builtins.int
+    BUILD_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    REGISTERED_TIME_FIELD_NUMBER: _builtins.int
+    LAST_HEARTBEAT_TIME_FIELD_NUMBER: _builtins.int
+    END_TIME_FIELD_NUMBER: _builtins.int
+    PRINCIPAL_FIELD_NUMBER: _builtins.int
+    worker_session_id: _builtins.str
+    identity: _builtins.str
+    host: _builtins.str
+    pid: _builtins.int
+    build_id: _builtins.str
+    status: _builtins.str
+    """"live", "stopped" (it unregistered) or "lost" (its session expired)."""
+    principal: _builtins.str
+    """The principal that registered it ("" without authentication)."""
+    @_builtins.property
+    def task_lists(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerTaskList]: ...
+    @_builtins.property
+    def registered_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def last_heartbeat_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def end_time(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        worker_session_id: _builtins.str = ...,
+        identity: _builtins.str = ...,
+        host: _builtins.str = ...,
+        pid: _builtins.int = ...,
+        task_lists: _abc.Iterable[Global___WorkerTaskList] | None = ...,
+        build_id: _builtins.str = ...,
+        status: _builtins.str = ...,
+        registered_time: _timestamp_pb2.Timestamp | None = ...,
+        last_heartbeat_time: _timestamp_pb2.Timestamp | None = ...,
+        end_time: _timestamp_pb2.Timestamp | None = ...,
+        principal: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["end_time", b"end_time", "last_heartbeat_time", b"last_heartbeat_time", "registered_time", b"registered_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["build_id", b"build_id", "end_time", b"end_time", "host", b"host", "identity", b"identity", "last_heartbeat_time", b"last_heartbeat_time", "pid", b"pid", "principal", b"principal", "registered_time", b"registered_time", "status", b"status", "task_lists", b"task_lists", "worker_session_id", b"worker_session_id"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___WorkerInfo: _TypeAlias = WorkerInfo  # noqa: Y015
+
+@_typing.final
+class ListWorkersResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    WORKERS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def workers(self) -> _containers.RepeatedCompositeFieldContainer[Global___WorkerInfo]:
+        """Live workers first, then the ended ones, newest first."""
+
+    def __init__(
+        self,
+        *,
+        workers: _abc.Iterable[Global___WorkerInfo] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["workers", b"workers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListWorkersResponse: _TypeAlias = ListWorkersResponse  # noqa: Y015

@@ -131,6 +131,26 @@ class WorkflowServiceStub:
                 request_serializer=weft_dot_v1_dot_service__pb2.RegisterActivityTypeRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_service__pb2.RegisterActivityTypeResponse.FromString,
                 _registered_method=True)
+        self.RegisterWorker = channel.unary_unary(
+                '/weft.v1.WorkflowService/RegisterWorker',
+                request_serializer=weft_dot_v1_dot_service__pb2.RegisterWorkerRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_service__pb2.RegisterWorkerResponse.FromString,
+                _registered_method=True)
+        self.RecordWorkerHeartbeat = channel.unary_unary(
+                '/weft.v1.WorkflowService/RecordWorkerHeartbeat',
+                request_serializer=weft_dot_v1_dot_service__pb2.RecordWorkerHeartbeatRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_service__pb2.RecordWorkerHeartbeatResponse.FromString,
+                _registered_method=True)
+        self.UnregisterWorker = channel.unary_unary(
+                '/weft.v1.WorkflowService/UnregisterWorker',
+                request_serializer=weft_dot_v1_dot_service__pb2.UnregisterWorkerRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_service__pb2.UnregisterWorkerResponse.FromString,
+                _registered_method=True)
+        self.ListWorkers = channel.unary_unary(
+                '/weft.v1.WorkflowService/ListWorkers',
+                request_serializer=weft_dot_v1_dot_service__pb2.ListWorkersRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_service__pb2.ListWorkersResponse.FromString,
+                _registered_method=True)
 
 
 class WorkflowServiceServicer:
@@ -252,6 +272,32 @@ class WorkflowServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RegisterWorker(self, request, context):
+        """Worker sessions: a worker registers, heartbeats, and says goodbye; when its
+        session expires, the tasks it had started time out at once (WORKER_LOST).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def RecordWorkerHeartbeat(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnregisterWorker(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListWorkers(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_WorkflowServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -349,6 +395,26 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.RegisterActivityType,
                     request_deserializer=weft_dot_v1_dot_service__pb2.RegisterActivityTypeRequest.FromString,
                     response_serializer=weft_dot_v1_dot_service__pb2.RegisterActivityTypeResponse.SerializeToString,
+            ),
+            'RegisterWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.RegisterWorker,
+                    request_deserializer=weft_dot_v1_dot_service__pb2.RegisterWorkerRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_service__pb2.RegisterWorkerResponse.SerializeToString,
+            ),
+            'RecordWorkerHeartbeat': grpc.unary_unary_rpc_method_handler(
+                    servicer.RecordWorkerHeartbeat,
+                    request_deserializer=weft_dot_v1_dot_service__pb2.RecordWorkerHeartbeatRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_service__pb2.RecordWorkerHeartbeatResponse.SerializeToString,
+            ),
+            'UnregisterWorker': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnregisterWorker,
+                    request_deserializer=weft_dot_v1_dot_service__pb2.UnregisterWorkerRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_service__pb2.UnregisterWorkerResponse.SerializeToString,
+            ),
+            'ListWorkers': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListWorkers,
+                    request_deserializer=weft_dot_v1_dot_service__pb2.ListWorkersRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_service__pb2.ListWorkersResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -866,6 +932,114 @@ class WorkflowService:
             '/weft.v1.WorkflowService/RegisterActivityType',
             weft_dot_v1_dot_service__pb2.RegisterActivityTypeRequest.SerializeToString,
             weft_dot_v1_dot_service__pb2.RegisterActivityTypeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RegisterWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.WorkflowService/RegisterWorker',
+            weft_dot_v1_dot_service__pb2.RegisterWorkerRequest.SerializeToString,
+            weft_dot_v1_dot_service__pb2.RegisterWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RecordWorkerHeartbeat(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.WorkflowService/RecordWorkerHeartbeat',
+            weft_dot_v1_dot_service__pb2.RecordWorkerHeartbeatRequest.SerializeToString,
+            weft_dot_v1_dot_service__pb2.RecordWorkerHeartbeatResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnregisterWorker(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.WorkflowService/UnregisterWorker',
+            weft_dot_v1_dot_service__pb2.UnregisterWorkerRequest.SerializeToString,
+            weft_dot_v1_dot_service__pb2.UnregisterWorkerResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListWorkers(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.WorkflowService/ListWorkers',
+            weft_dot_v1_dot_service__pb2.ListWorkersRequest.SerializeToString,
+            weft_dot_v1_dot_service__pb2.ListWorkersResponse.FromString,
             options,
             channel_credentials,
             insecure,

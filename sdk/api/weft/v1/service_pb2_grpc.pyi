@@ -54,6 +54,13 @@ class WorkflowServiceStub:
     DescribeTaskList: _grpc.UnaryUnaryMultiCallable[_service_pb2.DescribeTaskListRequest, _service_pb2.DescribeTaskListResponse]
     RegisterWorkflowType: _grpc.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkflowTypeRequest, _service_pb2.RegisterWorkflowTypeResponse]
     RegisterActivityType: _grpc.UnaryUnaryMultiCallable[_service_pb2.RegisterActivityTypeRequest, _service_pb2.RegisterActivityTypeResponse]
+    RegisterWorker: _grpc.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkerRequest, _service_pb2.RegisterWorkerResponse]
+    """Worker sessions: a worker registers, heartbeats, and says goodbye; when its
+    session expires, the tasks it had started time out at once (WORKER_LOST).
+    """
+    RecordWorkerHeartbeat: _grpc.UnaryUnaryMultiCallable[_service_pb2.RecordWorkerHeartbeatRequest, _service_pb2.RecordWorkerHeartbeatResponse]
+    UnregisterWorker: _grpc.UnaryUnaryMultiCallable[_service_pb2.UnregisterWorkerRequest, _service_pb2.UnregisterWorkerResponse]
+    ListWorkers: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListWorkersRequest, _service_pb2.ListWorkersResponse]
 
 @_typing.type_check_only
 class WorkflowServiceAsyncStub(WorkflowServiceStub):
@@ -81,6 +88,13 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     DescribeTaskList: _aio.UnaryUnaryMultiCallable[_service_pb2.DescribeTaskListRequest, _service_pb2.DescribeTaskListResponse]  # type: ignore[assignment]
     RegisterWorkflowType: _aio.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkflowTypeRequest, _service_pb2.RegisterWorkflowTypeResponse]  # type: ignore[assignment]
     RegisterActivityType: _aio.UnaryUnaryMultiCallable[_service_pb2.RegisterActivityTypeRequest, _service_pb2.RegisterActivityTypeResponse]  # type: ignore[assignment]
+    RegisterWorker: _aio.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkerRequest, _service_pb2.RegisterWorkerResponse]  # type: ignore[assignment]
+    """Worker sessions: a worker registers, heartbeats, and says goodbye; when its
+    session expires, the tasks it had started time out at once (WORKER_LOST).
+    """
+    RecordWorkerHeartbeat: _aio.UnaryUnaryMultiCallable[_service_pb2.RecordWorkerHeartbeatRequest, _service_pb2.RecordWorkerHeartbeatResponse]  # type: ignore[assignment]
+    UnregisterWorker: _aio.UnaryUnaryMultiCallable[_service_pb2.UnregisterWorkerRequest, _service_pb2.UnregisterWorkerResponse]  # type: ignore[assignment]
+    ListWorkers: _aio.UnaryUnaryMultiCallable[_service_pb2.ListWorkersRequest, _service_pb2.ListWorkersResponse]  # type: ignore[assignment]
 
 class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
     """The history service: starts, signals, history, visibility, and the polls
@@ -219,5 +233,36 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.RegisterActivityTypeRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.RegisterActivityTypeResponse, _abc.Awaitable[_service_pb2.RegisterActivityTypeResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def RegisterWorker(
+        self,
+        request: _service_pb2.RegisterWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.RegisterWorkerResponse, _abc.Awaitable[_service_pb2.RegisterWorkerResponse]]:
+        """Worker sessions: a worker registers, heartbeats, and says goodbye; when its
+        session expires, the tasks it had started time out at once (WORKER_LOST).
+        """
+
+    @_abc_1.abstractmethod
+    def RecordWorkerHeartbeat(
+        self,
+        request: _service_pb2.RecordWorkerHeartbeatRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.RecordWorkerHeartbeatResponse, _abc.Awaitable[_service_pb2.RecordWorkerHeartbeatResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UnregisterWorker(
+        self,
+        request: _service_pb2.UnregisterWorkerRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.UnregisterWorkerResponse, _abc.Awaitable[_service_pb2.UnregisterWorkerResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListWorkers(
+        self,
+        request: _service_pb2.ListWorkersRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.ListWorkersResponse, _abc.Awaitable[_service_pb2.ListWorkersResponse]]: ...
 
 def add_WorkflowServiceServicer_to_server(servicer: WorkflowServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -1,0 +1,272 @@
+"""Worker sessions and the runs their tasks are in (README "Workers and nodes").
+
+A session is live while its heartbeats keep moving `expires_at`; it ends
+"stopped" (the worker unregistered) or "lost" (the leader's reaper found it
+expired). The reaper then times out, at once, every task the session had
+started, looking only at the runs `worker_runs` names for it.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+
+from sqlalchemy import and_, delete, exists, insert, select, text, update
+from sqlalchemy.ext.asyncio import AsyncConnection
+
+from orchestrator.engine.errors import FailedPrecondition, NotFound
+
+from . import dialect
+from .reads import StoreBase
+from .rows import CHANGES_CHANNEL, aware
+from .schema import runs, worker_runs, worker_sessions
+
+LIVE, STOPPED, LOST = "live", "stopped", "lost"
+# Ended sessions are kept this long for `weft workers`, then deleted.
+KEEP_ENDED = timedelta(days=1)
+
+
+@dataclass(frozen=True)
+class WorkerSession:
+    session_id: str
+    namespace: str
+    identity: str
+    host: str
+    pid: int
+    task_lists: tuple[tuple[str, str], ...]
+    """(kind, name) pairs."""
+    build_id: str
+    principal: str
+    timeout: float
+    status: str
+    registered_at: datetime
+    last_seen: datetime
+    expires_at: datetime
+    ended_at: datetime | None = None
+
+
+def _session(r: object) -> WorkerSession:
+    m = r._mapping  # type: ignore[attr-defined]
+    return WorkerSession(
+        session_id=m["session_id"],
+        namespace=m["namespace"],
+        identity=m["identity"],
+        host=m["host"],
+        pid=m["pid"],
+        task_lists=tuple((kind, name) for kind, name in json.loads(m["task_lists"])),
+        build_id=m["build_id"],
+        principal=m["principal"],
+        timeout=m["timeout"],
+        status=m["status"],
+        registered_at=aware(m["registered_at"]),
+        last_seen=aware(m["last_seen"]),
+        expires_at=aware(m["expires_at"]),
+        ended_at=aware(m["ended_at"]) if m["ended_at"] is not None else None,
+    )
+
+
+def _naive(value: datetime) -> datetime:
+    return value.replace(tzinfo=None)
+
+
+def ended_payload(node: str, session_id: str) -> str:
+    """The CHANGES_CHANNEL payload of a session that ended: other nodes refuse
+    its polls from then on."""
+    return f"{node}|worker|{session_id}"
+
+
+class WorkerSessions:
+    """Reads and writes of worker_sessions and worker_runs."""
+
+    def __init__(self, store: StoreBase) -> None:
+        self._store = store
+
+    async def register(self, session: WorkerSession) -> None:
+        values = {
+            "session_id": session.session_id,
+            "namespace": session.namespace,
+            "identity": session.identity,
+            "host": session.host,
+            "pid": session.pid,
+            "task_lists": json.dumps([list(pair) for pair in session.task_lists]),
+            "build_id": session.build_id,
+            "principal": session.principal,
+            "timeout": session.timeout,
+            "status": LIVE,
+            "registered_at": _naive(session.registered_at),
+            "last_seen": _naive(session.last_seen),
+            "expires_at": _naive(session.expires_at),
+            "ended_at": None,
+        }
+        store = self._store
+
+        async def attempt() -> None:
+            async with store._write() as conn:
+                await conn.execute(insert(worker_sessions).values(**values))
+
+        await store._retrying(attempt)
+
+    async def get(self, session_id: str) -> WorkerSession | None:
+        row = await self._store._first(
+            select(worker_sessions).where(worker_sessions.c.session_id == session_id)
+        )
+        return _session(row) if row is not None else None
+
+    async def heartbeat(self, namespace: str, session_id: str, now: datetime) -> WorkerSession:
+        """Move a live session's expiry on; FAILED_PRECONDITION if it has ended
+        (the worker registers again), NOT_FOUND if there is no such session."""
+        store = self._store
+        c = worker_sessions.c
+        # The new expiry is the row's own timeout past now: read it first (a
+        # session's timeout never changes), then move it in one conditional write.
+        current = await self.get(session_id)
+        if current is None or current.namespace != namespace:
+            raise NotFound(f"no worker session {session_id!r} in namespace {namespace!r}")
+        self._refuse_ended(current, now)
+        expires = now + timedelta(seconds=current.timeout)
+
+        async def move() -> int:
+            async with store._write() as conn:
+                done = await conn.execute(
+                    update(worker_sessions)
+                    .where(c.session_id == session_id, c.status == LIVE)
+                    .where(c.expires_at >= _naive(now))
+                    .values(last_seen=_naive(now), expires_at=_naive(expires))
+                )
+                return int(done.rowcount)
+
+        if not await store._retrying(move):
+            after = await self.get(session_id)
+            assert after is not None
+            self._refuse_ended(after, now)
+            raise FailedPrecondition(f"worker session {session_id!r} has expired: register again")
+        return current
+
+    @staticmethod
+    def _refuse_ended(session: WorkerSession, now: datetime) -> None:
+        if session.status != LIVE or session.expires_at < now:
+            how = "was unregistered" if session.status == STOPPED else "has expired"
+            raise FailedPrecondition(f"worker session {session.session_id!r} {how}: register again")
+
+    async def end(self, session_id: str, status: str, now: datetime, *, only_expired: bool) -> bool:
+        """Mark a live session stopped or lost (a lost one only if it is still
+        expired: a heartbeat may have come since it was read). True if it ended
+        now; other nodes are told on PostgreSQL."""
+        store = self._store
+        c = worker_sessions.c
+        query = update(worker_sessions).where(c.session_id == session_id, c.status == LIVE)
+        if only_expired:
+            query = query.where(c.expires_at < _naive(now))
+
+        async def attempt() -> bool:
+            async with store._write() as conn:
+                done = await conn.execute(query.values(status=status, ended_at=_naive(now)))
+                if done.rowcount and store.is_pg:
+                    await _notify(conn, store, session_id)
+                return bool(done.rowcount)
+
+        ended: bool = await store._retrying(attempt)
+        return ended
+
+    async def expired(self, now: datetime, limit: int = 100) -> list[WorkerSession]:
+        c = worker_sessions.c
+        rows = await self._store._rows(
+            select(worker_sessions)
+            .where(c.status == LIVE, c.expires_at < _naive(now))
+            .order_by(c.expires_at)
+            .limit(limit)
+        )
+        return [_session(r) for r in rows]
+
+    async def ended_with_runs(self, limit: int = 100) -> list[WorkerSession]:
+        """Ended sessions the reaper has not finished with: some of their runs
+        are still to be looked at."""
+        c = worker_sessions.c
+        rows = await self._store._rows(
+            select(worker_sessions)
+            .where(c.status != LIVE)
+            .where(exists().where(worker_runs.c.session_id == c.session_id))
+            .limit(limit)
+        )
+        return [_session(r) for r in rows]
+
+    async def runs_of(self, session_id: str, limit: int = 1000) -> list[str]:
+        rows = await self._store._rows(
+            select(worker_runs.c.run_id).where(worker_runs.c.session_id == session_id).limit(limit)
+        )
+        return [r.run_id for r in rows]
+
+    async def forget_runs(self, session_id: str, run_ids: list[str]) -> None:
+        if not run_ids:
+            return
+        store = self._store
+
+        async def attempt() -> None:
+            async with store._write() as conn:
+                await conn.execute(
+                    delete(worker_runs).where(
+                        worker_runs.c.session_id == session_id, worker_runs.c.run_id.in_(run_ids)
+                    )
+                )
+
+        await store._retrying(attempt)
+
+    async def record_runs(self, pairs: list[tuple[str, str]]) -> None:
+        """(session, run) pairs whose tasks were started; known ones are skipped."""
+        if not pairs:
+            return
+        rows = [{"session_id": s, "run_id": r} for s, r in sorted(set(pairs))]
+        stmt = dialect.insert_ignoring(self._store.is_pg, worker_runs, ["session_id", "run_id"])
+        store = self._store
+
+        async def attempt() -> None:
+            async with store._write() as conn:
+                await conn.execute(stmt, rows)
+
+        await store._retrying(attempt)
+
+    async def find(
+        self, namespace: str, task_list: str, ended_since: datetime, limit: int = 1000
+    ) -> list[WorkerSession]:
+        """Live sessions and those ended since `ended_since`, of one namespace,
+        optionally polling `task_list`: live first, then newest first."""
+        c = worker_sessions.c
+        query = (
+            select(worker_sessions)
+            .where(c.namespace == namespace)
+            .where((c.status == LIVE) | (c.ended_at >= _naive(ended_since)))
+            .order_by(c.registered_at.desc())
+            .limit(limit)
+        )
+        found = [_session(r) for r in await self._store._rows(query)]
+        if task_list:
+            found = [s for s in found if any(name == task_list for _, name in s.task_lists)]
+        return sorted(found, key=lambda s: s.status != LIVE)
+
+    async def prune(self, now: datetime) -> None:
+        """Delete sessions ended long ago, and rows of runs that have closed (or
+        gone): nothing of those can be lost any more."""
+        store = self._store
+        c = worker_sessions.c
+        run_open = exists().where(
+            and_(runs.c.run_id == worker_runs.c.run_id, runs.c.status == "open")
+        )
+
+        async def attempt() -> None:
+            async with store._write() as conn:
+                await conn.execute(
+                    delete(worker_sessions).where(
+                        c.status != LIVE, c.ended_at < _naive(now - KEEP_ENDED)
+                    )
+                )
+                await conn.execute(delete(worker_runs).where(~run_open))
+
+        await store._retrying(attempt)
+
+
+async def _notify(conn: AsyncConnection, store: StoreBase, session_id: str) -> None:
+    await conn.execute(
+        text("SELECT pg_notify(:ch, :payload)"),
+        {"ch": CHANGES_CHANNEL, "payload": ended_payload(store.node_id, session_id)},
+    )
