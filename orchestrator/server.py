@@ -190,6 +190,9 @@ class Server:
         name = self.config.node_name or default_node_name(self.config.listen, self.port)
         self._membership = Membership(store, name, self.config.listen)
         await self._membership.arrive()
+        # Workers that beat in vain while no node was up get a timeout to reach
+        # this one before the reaper judges them.
+        await store.workers.grace(utcnow())
         self._leadership = Leadership(store, name, self.config.lease_period)
         await self._renew_lease()
         self._tasks.append(asyncio.create_task(self._keep_membership(), name="membership"))
@@ -342,6 +345,11 @@ class Server:
             with contextlib.suppress(asyncio.CancelledError):
                 await task
         self._tasks.clear()
+        if self._store is not None:
+            # What this node's polls started, so the reaper knows where to look.
+            pairs = self._sessions.take_unwritten()
+            with contextlib.suppress(Exception):
+                await self._store.workers.record_runs(pairs)
         if self._leadership is not None:
             with contextlib.suppress(Exception):
                 await self._leadership.release()

@@ -169,6 +169,31 @@ class WorkerSessions:
         ended: bool = await store._retrying(attempt)
         return ended
 
+    async def grace(self, now: datetime) -> int:
+        """Give every live session at least its whole timeout from `now`: a node
+        that starts may have been the only one, down while workers beat in vain,
+        and they must have the time to reach it before any of them is judged
+        lost. Returns how many sessions were given more time."""
+        store = self._store
+        c = worker_sessions.c
+
+        async def attempt() -> int:
+            async with store._write() as conn:
+                timeouts = await conn.execute(select(c.timeout).where(c.status == LIVE).distinct())
+                moved = 0
+                for (timeout,) in timeouts.all():
+                    until = _naive(now + timedelta(seconds=timeout))
+                    done = await conn.execute(
+                        update(worker_sessions)
+                        .where(c.status == LIVE, c.timeout == timeout, c.expires_at < until)
+                        .values(expires_at=until)
+                    )
+                    moved += int(done.rowcount)
+                return moved
+
+        moved: int = await store._retrying(attempt)
+        return moved
+
     async def expired(self, now: datetime, limit: int = 100) -> list[WorkerSession]:
         c = worker_sessions.c
         rows = await self._store._rows(

@@ -18,8 +18,8 @@ WIDTH = 8
 
 @activity(name="lost-step", start_to_close=timedelta(minutes=10))
 def lost_step(job: dict[str, Any]) -> dict[str, Any]:
-    if job["attempt"] == 1 and job["block"]:
-        time.sleep(600)
+    if job["attempt"] == 1:
+        time.sleep(job["first_sleep"])
     return {"attempt": job["attempt"]}
 
 
@@ -35,7 +35,7 @@ class LostFlow(Decider):
             step = task.activities.get(f"step-{n}")
             if step is None or (step.status == "timed_out" and step.attempts < 3):
                 attempt = 1 if step is None else step.attempts + 1
-                job = {"attempt": attempt, "block": plan.get("block", True)}
+                job = {"attempt": attempt, "first_sleep": plan.get("first_sleep", 600)}
                 task.schedule_activity(f"step-{n}", lost_step, job, task_list=plan["task_list"])
             elif step.status == "succeeded":
                 results[f"step-{n}"] = step.result

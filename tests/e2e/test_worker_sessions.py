@@ -6,6 +6,7 @@ shows the lost session and the live ones."""
 
 from __future__ import annotations
 
+import asyncio
 import json
 import subprocess
 import time
@@ -128,7 +129,7 @@ async def test_a_killed_decider_loses_its_decision_task_at_once_and_another_deci
     await wait_until(lambda: live_workers(node.address, tl), timeout=30)
     run = await client.start_workflow(
         "lost-flow",
-        {"task_list": tl, "width": 1, "block": False},
+        {"task_list": tl, "width": 1, "first_sleep": 0},
         task_list=tl,
         decider_timeout=timedelta(minutes=10),
     )
@@ -177,3 +178,23 @@ async def test_a_clean_stop_unregisters_and_a_session_that_expired_is_refused(
         await client.rpc(
             "RecordWorkerHeartbeat", s.RecordWorkerHeartbeatRequest(worker_session_id="nope")
         )
+
+
+async def test_live_workers_are_not_lost_when_the_server_was_down_longer_than_their_timeout(
+    node: ServerProcess, client: AsyncClient, workers: list[WorkerProcess], tmp_path: Path
+) -> None:
+    tl = unique("tl")
+    spawn(workers, node, tmp_path, "decider", "decider", "--task-list", tl, LOST_FLOW)
+    spawn(workers, node, tmp_path, "runner", "runner", "--task-list", tl, LOST_FLOW)
+    await wait_until(lambda: live_workers(node.address, tl), timeout=30)
+    run = await client.start_workflow(
+        "lost-flow", {"task_list": tl, "width": 1, "first_sleep": 20}, task_list=tl
+    )
+    await wait_until(lambda: of_type(client, run.workflow_id, "ActivityStarted"), timeout=30)
+    await asyncio.sleep(2)  # the server has written where the runner's session started tasks
+    node.kill9()
+    await asyncio.sleep(12)  # past the 10 s session timeout, with nobody to beat to
+    await node.start()
+    result = await client.result(run.workflow_id, timeout=timedelta(seconds=60))
+    assert result == {"step-0": {"attempt": 1}}
+    assert not await of_type(client, run.workflow_id, "ActivityTimedOut")
