@@ -10,7 +10,7 @@ import ssl
 from collections.abc import Iterator
 from typing import Any
 
-from prometheus_client import CollectorRegistry, Counter, Histogram, start_http_server
+from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram, start_http_server
 from prometheus_client.core import CounterMetricFamily
 from prometheus_client.registry import Collector
 
@@ -38,6 +38,15 @@ class Metrics:
         self.deadlines_fired = Counter(
             "weft_deadlines_fired_total",
             "Timeouts and timers that appended an event",
+            ["kind"],
+            registry=self.registry,
+        )
+        # Set by the server's periodic diagnosis (every --diagnose-interval) over
+        # every namespace with open runs; every node reports the same cluster-wide
+        # count, so aggregate with max(), not sum().
+        self.stuck = Gauge(
+            "weft_stuck_findings",
+            "Findings of the last diagnosis of stuck runs (`weft doctor`), by kind",
             ["kind"],
             registry=self.registry,
         )

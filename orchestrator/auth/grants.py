@@ -49,6 +49,8 @@ CALLERS: dict[str, frozenset[str]] = {
     "AddPrincipal": frozenset(),
     "ListCredentials": frozenset(),
     "RevokeCredential": frozenset(),
+    # a reader of a namespace may see what is stuck in it (read-only)
+    "DiagnoseNamespace": frozenset({READER}),
 }
 
 # Calls that act on every namespace at once: only an admin of "*" may make them.

@@ -38,6 +38,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 from . import dialect, migrate
 from .cache import CachedRun
 from .credentials import Credentials
+from .diagnostics import Diagnostics
 from .locked import LockedWrites
 from .pg_writer import PgWriter
 from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
@@ -81,6 +82,7 @@ _LOST = _Lost()
 class Store(LockedWrites):
     _hot: PgWriter | SqliteWriter
     credentials: Credentials
+    diagnostics: Diagnostics
 
     @classmethod
     async def open(
@@ -94,6 +96,7 @@ class Store(LockedWrites):
         store = cls(dialect.create_engine(url), on_commit)
         store._offer = offer
         store.credentials = Credentials(store)
+        store.diagnostics = Diagnostics(store)
         if store.is_pg:
             store._hot = PgWriter(dialect.libpq_url(url), store.stats)
         else:

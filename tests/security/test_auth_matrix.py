@@ -94,6 +94,7 @@ ALLOWED: dict[str, set[str]] = {
     "ListCredentials": ADMINS | {"admin-other-ns"},  # it lists only its own namespace's
     # An admin of another namespace is told "not found", as for an id that does not exist.
     "RevokeCredential": ADMINS | {"admin-other-ns"},
+    "DiagnoseNamespace": ADMINS | {"reader"},
 }
 # What an allowed call answers (the requests aim at things that make it fail
 # harmlessly where succeeding would disturb the other cases).
@@ -282,6 +283,7 @@ def requests(setup: Setup) -> dict[str, Callable[[], Any]]:
         ),
         "ListCredentials": lambda: a.ListCredentialsRequest(),
         "RevokeCredential": lambda: a.RevokeCredentialRequest(id="k_000000000000"),
+        "DiagnoseNamespace": lambda: a.DiagnoseNamespaceRequest(namespace="default"),
     }
 
 

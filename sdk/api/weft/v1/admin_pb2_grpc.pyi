@@ -60,6 +60,11 @@ class AdminServiceStub:
     AddPrincipal: _grpc.UnaryUnaryMultiCallable[_admin_pb2.AddPrincipalRequest, _admin_pb2.AddPrincipalResponse]
     ListCredentials: _grpc.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]
     RevokeCredential: _grpc.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.RevokeCredentialResponse]
+    DiagnoseNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseNamespaceRequest, _admin_pb2.DiagnoseNamespaceResponse]
+    """Stuck runs of a namespace (README "weft doctor"): tasks no poller takes,
+    overdue deadlines, lock waiters behind a blocked holder, histories near
+    their limit. Read-only; each finding says what to do.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -93,6 +98,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     AddPrincipal: _aio.UnaryUnaryMultiCallable[_admin_pb2.AddPrincipalRequest, _admin_pb2.AddPrincipalResponse]  # type: ignore[assignment]
     ListCredentials: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListCredentialsRequest, _admin_pb2.ListCredentialsResponse]  # type: ignore[assignment]
     RevokeCredential: _aio.UnaryUnaryMultiCallable[_admin_pb2.RevokeCredentialRequest, _admin_pb2.RevokeCredentialResponse]  # type: ignore[assignment]
+    DiagnoseNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseNamespaceRequest, _admin_pb2.DiagnoseNamespaceResponse]  # type: ignore[assignment]
+    """Stuck runs of a namespace (README "weft doctor"): tasks no poller takes,
+    overdue deadlines, lock waiters behind a blocked holder, histories near
+    their limit. Read-only; each finding says what to do.
+    """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operators' service: locks now; namespaces, replay, retention and nodes as
@@ -183,5 +193,16 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _admin_pb2.RevokeCredentialRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_admin_pb2.RevokeCredentialResponse, _abc.Awaitable[_admin_pb2.RevokeCredentialResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DiagnoseNamespace(
+        self,
+        request: _admin_pb2.DiagnoseNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DiagnoseNamespaceResponse, _abc.Awaitable[_admin_pb2.DiagnoseNamespaceResponse]]:
+        """Stuck runs of a namespace (README "weft doctor"): tasks no poller takes,
+        overdue deadlines, lock waiters behind a blocked holder, histories near
+        their limit. Read-only; each finding says what to do.
+        """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...
