@@ -18,6 +18,7 @@ import click
 
 from orchestrator.cli import (
     auth_cmd,
+    doctor_cmd,
     locks_cmd,
     replay_cmd,
     server_cmd,
@@ -47,6 +48,7 @@ for command in (
     *locks_cmd.COMMANDS,
     *worker_cmds.COMMANDS,
     *auth_cmd.COMMANDS,
+    *doctor_cmd.COMMANDS,
 ):
     cli.add_command(command)
 
