@@ -73,11 +73,9 @@ class Doctor:
     def _add_own_sightings(self, facts: Facts) -> None:
         refs: set[ListRef] = {w.ref for w in facts.waiting}
         refs |= {task.ref for held in facts.holder_tasks.values() for task in held}
-        for ref in refs:
-            seen = self._pollers.recent(TaskListKey(facts.namespace, ref.kind, ref.task_list), 0.0)
-            if not seen:
-                continue
-            latest = datetime.fromtimestamp(max(seen.values()), UTC)
+        keys = {TaskListKey(facts.namespace, ref.kind, ref.task_list): ref for ref in refs}
+        for key, at in self._pollers.latest(set(keys)).items():
+            ref, latest = keys[key], datetime.fromtimestamp(at, UTC)
             if ref not in facts.last_polled or facts.last_polled[ref] < latest:
                 facts.last_polled[ref] = latest
 

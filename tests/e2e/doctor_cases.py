@@ -44,10 +44,10 @@ async def unpolled_decision(stub: sg.WorkflowServiceStub, namespace: str = "defa
 
 
 async def unpolled_activity(stub: sg.WorkflowServiceStub) -> tuple[Driver, str]:
-    """A run that scheduled an activity on a list nobody polls (its decider polled)."""
+    """A run that scheduled two activities on a list nobody polls (its decider polled)."""
     wf = await started(stub)
     task_list = unique("nobody-runs-this")
-    await ask(wf, schedule("a1", "resize", task_list))
+    await ask(wf, schedule("a1", "resize", task_list), schedule("a2", "resize", task_list))
     await asyncio.sleep(NO_POLLER_AFTER + 0.2)
     return wf, task_list
 

@@ -88,10 +88,12 @@ async def test_an_activity_nobody_runs_is_found_until_a_runner_polls(
     wf, task_list = await cases.unpolled_activity(stub)
     [found] = [f for f in await diagnose(admin) if f.task_list == task_list]
     assert found.kind == K.FINDING_KIND_NO_POLLER
-    assert found.task_list_kind == c.TASK_LIST_KIND_ACTIVITY
-    assert found.executions[0].run_id == wf.run_id
-    assert "weft runner" in found.action
-    task = await wf.poll_activity(task_list)  # a runner turns up and takes it
+    assert found.task_list_kind == c.TASK_LIST_KIND_ACTIVITY and found.count == 2
+    assert [e.run_id for e in found.executions] == [wf.run_id]
+    assert "2 activity tasks" in found.explanation and "weft runner" in found.action
+    # A runner turns up and takes one: the other still waits, but the list is
+    # polled now (this node's sighting, before it is written): not stuck.
+    task = await wf.poll_activity(task_list)
     assert task.task_token
     assert not [f for f in await diagnose(admin) if f.task_list == task_list]
 
