@@ -21,8 +21,9 @@ class Finding:
     """One stuck thing. `kind` is one of NO_POLLER, DEADLINE_OVERDUE,
     LOCK_HOLDER_BLOCKED, LOCK_DEADLOCK, HISTORY_NEAR_LIMIT, SCHEDULE_MISSED_SLOTS;
     `executions` are (workflow id, run id) pairs, the stuck ones first, at most a
-    few dozen of `count`; `chain` is (lock, holder workflow id, holder run id)
-    from the waiters' lock to the run that blocks it."""
+    few dozen; `count` is what the kind counts (waiting tasks, overdue deadlines,
+    lock waiters, runs of a cycle, history events); `chain` is (lock, holder
+    workflow id, holder run id) from the waiters' lock to the run that blocks it."""
 
     kind: str
     namespace: str

@@ -31,8 +31,9 @@ class Finding:
     kind: str
     namespace: str
     runs: tuple[RunKey, ...]
-    """The runs involved, the stuck ones first (a sample: `count` says how many)."""
+    """The runs involved, the stuck ones first (at most `rules.SAMPLE_RUNS`)."""
     count: int
+    """What the finding counts (tasks, deadlines, waiters, cycle runs, events)."""
     explanation: str
     action: str
     since: datetime | None = None

@@ -117,6 +117,10 @@ class Finding(_message.Message):
     kind: Global___FindingKind.ValueType
     namespace: _builtins.str
     count: _builtins.int
+    """What the finding counts, in all: the waiting tasks (NO_POLLER), the overdue
+    deadlines, the lock's waiters (LOCK_HOLDER_BLOCKED), the runs of the cycle
+    (LOCK_DEADLOCK), the history's events (HISTORY_NEAR_LIMIT), missed slots.
+    """
     task_list: _builtins.str
     """The task list (and its kind) involved, if any."""
     task_list_kind: _common_pb2.TaskListKind.ValueType
@@ -131,9 +135,7 @@ class Finding(_message.Message):
     action: _builtins.str
     @_builtins.property
     def executions(self) -> _containers.RepeatedCompositeFieldContainer[_common_pb2.WorkflowExecution]:
-        """The runs involved, the stuck ones first; at most a few dozen (`count`
-        says how many there are in all).
-        """
+        """The runs involved, the stuck ones first; at most a few dozen."""
 
     @_builtins.property
     def chain(self) -> _containers.RepeatedCompositeFieldContainer[Global___LockLink]: ...
