@@ -119,7 +119,9 @@ class DiagnosticsAdmin(ServiceBase):
     ) -> a.DiagnoseNamespaceResponse:
         ns = validate.namespace(req.namespace)
         after = validate.optional_seconds(req, "no_poller_after")
-        if not await self._store.diagnostics.namespace_known(ns):
+        # "default" is there from the start: a fresh server is healthy, not unknown.
+        known = ns == validate.DEFAULT_NAMESPACE
+        if not known and not await self._store.diagnostics.namespace_known(ns):
             raise NotFound(f"namespace {ns!r} is not registered and has no runs or pollers")
         found, truncated = await self.doctor.namespace(
             ns, NO_POLLER_AFTER if after is None else timedelta(seconds=after)

@@ -159,6 +159,11 @@ async def test_an_overdue_deadline_is_found_while_no_scanner_runs(
     assert problem.kind == K.FINDING_KIND_DEADLINE_OVERDUE
 
 
+async def test_a_fresh_server_is_healthy(admin: ag.AdminServiceStub) -> None:
+    # "default" is known before anything ran in it; any other unused name is not.
+    assert await diagnose(admin) == []
+
+
 async def test_bad_requests_are_refused(admin: ag.AdminServiceStub) -> None:
     cases_ = [
         (a.DiagnoseNamespaceRequest(namespace=unique("never-used")), grpc.StatusCode.NOT_FOUND),
