@@ -13,6 +13,7 @@ import pytest
 from orchestrator.config import ServerConfig
 from orchestrator.engine.limits import Limits
 from orchestrator.server import Server
+from orchestrator.store import diagnostics as store_diagnostics
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
@@ -183,6 +184,21 @@ async def test_bad_requests_are_refused(admin: ag.AdminServiceStub) -> None:
             await admin.DiagnoseNamespace(request)
         assert refused.value.code() == code, request
         assert refused.value.details()
+
+
+async def test_each_kind_is_bounded_and_says_so(
+    stub: sg.WorkflowServiceStub, admin: ag.AdminServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(store_diagnostics, "MAX_LISTS", 2)
+    namespace = unique("many")
+    runs = [await cases.started(stub, namespace) for _ in range(3)]
+    await asyncio.sleep(cases.NO_POLLER_AFTER + 0.2)
+    resp = await admin.DiagnoseNamespace(
+        a.DiagnoseNamespaceRequest(namespace=namespace, no_poller_after=dur(cases.NO_POLLER_AFTER))
+    )
+    assert resp.truncated
+    # The lists whose tasks waited longest are the ones read.
+    assert [f.task_list for f in resp.findings] == [wf.task_list for wf in runs[:2]]
 
 
 # -- a server of its own: a low event limit, and a fast periodic diagnosis --------------
