@@ -24,6 +24,8 @@ class ServerConfig:
     """Long polls one client (one host) may have waiting at once on this node."""
     purge_interval: float = 60.0
     """Seconds between retention passes (one node at a time on PostgreSQL); 0: never."""
+    diagnose_interval: float = 60.0
+    """Seconds between diagnoses of stuck runs for the `weft_stuck_findings` gauge; 0: never."""
     reuse_port: bool = False
     """Share the listening port with the other workers of `--workers N`."""
     limits: Limits = field(default_factory=Limits)

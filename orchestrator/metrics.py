@@ -54,6 +54,15 @@ class Metrics:
         self.leader = Gauge(
             "weft_upkeep_leader", "1 while this node leads the upkeep", registry=self.registry
         )
+        # Set by the server's periodic diagnosis (every --diagnose-interval) over
+        # every namespace with open runs, on the upkeep leader; the other nodes
+        # report 0, so aggregate with max(), not sum().
+        self.stuck = Gauge(
+            "weft_stuck_findings",
+            "Findings of the last diagnosis of stuck runs (`weft doctor`), by kind",
+            ["kind"],
+            registry=self.registry,
+        )
 
     def rpc(self, method: str, code: str) -> Any:
         """The histogram child of one method and code (labels() costs a lookup

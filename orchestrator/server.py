@@ -15,11 +15,13 @@ from grpc_reflection.v1alpha import reflection
 
 from orchestrator.api import handlers
 from orchestrator.api.admin import AdminService
+from orchestrator.api.doctor import Doctor
 from orchestrator.api.guard import Guard
 from orchestrator.api.service import ServiceSettings, WorkflowService
 from orchestrator.api.tokens import TokenCodec
 from orchestrator.auth.gate import Authenticator, PrincipalLimits
 from orchestrator.config import ServerConfig
+from orchestrator.diagnostics.findings import KINDS
 from orchestrator.dispatch.listener import listen
 from orchestrator.dispatch.pollers import FLUSH_EVERY as POLLERS_FLUSH_EVERY
 from orchestrator.dispatch.pollers import PollerSightings
@@ -117,6 +119,9 @@ class Server:
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
         self._tasks.append(asyncio.create_task(self._write_worker_runs(), name="worker-runs"))
+        if self.config.diagnose_interval > 0:
+            doctor = Doctor(store, pollers, self.config.limits)
+            self._tasks.append(asyncio.create_task(self._diagnose_loop(doctor), name="diagnose"))
         if store.is_pg:
             ready = asyncio.Event()
             self._tasks.append(
@@ -287,6 +292,31 @@ class Server:
                 continue
             if purged:
                 log.info("retention.purged", runs=purged)
+
+    async def _diagnose_loop(self, doctor: Doctor) -> None:
+        """Count stuck runs by kind over every namespace with open runs, for the
+        `weft_stuck_findings` gauge (read-only, bounded queries; see `weft doctor`).
+        The leader counts for the cluster; the other nodes report 0."""
+        assert self._store is not None
+        while True:
+            await asyncio.sleep(self.config.diagnose_interval)
+            counts = dict.fromkeys(KINDS, 0)
+            try:
+                for namespace in await self._namespaces_to_diagnose():
+                    found, _ = await doctor.namespace(namespace)
+                    for finding in found:
+                        counts[finding.kind] += 1
+            except Exception as exc:  # the database may be away: keep the last counts
+                log.warning("diagnose.failed", error=str(exc)[:200])
+                continue
+            for kind, n in counts.items():
+                self.metrics.stuck.labels(kind).set(n)
+
+    async def _namespaces_to_diagnose(self) -> list[str]:
+        """Every namespace with open runs on the leader, none elsewhere: one node
+        pays for the queries (aggregate the gauge with max())."""
+        assert self._store is not None
+        return await self._store.diagnostics.active_namespaces() if self._leads() else []
 
     async def _write_pollers(self) -> None:
         """Write who polled, every few seconds, in one transaction."""

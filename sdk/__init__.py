@@ -13,6 +13,7 @@ from sdk.client import AsyncClient
 from sdk.converter import PayloadConverter, UndecodablePayload
 from sdk.decider import Decider, Decision, DecisionTask
 from sdk.decider_worker import DeciderWorker
+from sdk.diagnostics import Diagnosis, Finding
 from sdk.errors import (
     AbortedError,
     ActivityCancelledError,
@@ -69,9 +70,11 @@ __all__ = [
     "DeciderWorker",
     "Decision",
     "DecisionTask",
+    "Diagnosis",
     "Event",
     "FailedPreconditionError",
     "Failure",
+    "Finding",
     "ForcedRelease",
     "InternalError",
     "InvalidArgumentError",

@@ -27,6 +27,7 @@ from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.cluster import ClusterCalls
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
 from sdk.credentials import CredentialCalls
+from sdk.diagnostics import DiagnosticCalls
 from sdk.durations import duration
 from sdk.errors import (
     DeadlineExceededError,
@@ -83,7 +84,7 @@ def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class AsyncClient(CredentialCalls, ClusterCalls):
+class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls):
     """A connection to a Weft server, for one namespace.
 
     Create it anywhere; the gRPC channel opens on first use, inside the running

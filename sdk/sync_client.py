@@ -18,6 +18,7 @@ from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.client import DEFAULT_ADDRESS, DEFAULT_NAMESPACE, AsyncClient
 from sdk.cluster import Nodes, WorkerInfo
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
+from sdk.diagnostics import Diagnosis
 from sdk.errors import WeftError
 from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
@@ -238,6 +239,10 @@ class Client:
 
     def describe_namespace(self, name: str) -> NamespaceInfo:
         return self.run(self.aio.describe_namespace(name))
+
+    def diagnose(self, *, no_poller_after: timedelta | None = None) -> Diagnosis:
+        """`AsyncClient.diagnose`: what looks stuck in this namespace (`weft doctor`)."""
+        return self.run(self.aio.diagnose(no_poller_after=no_poller_after))
 
     def request_replay(
         self,

@@ -13,6 +13,7 @@ from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.converter import PayloadConverter
+from sdk.diagnostics import Finding
 from sdk.events import rfc3339
 
 
@@ -214,6 +215,8 @@ class WorkflowDescription:
     """When a failed decision task is handed out again (while it backs off)."""
     started_by: str = ""
     """The principal that started the run (empty without authentication)."""
+    problems: list[Finding] = field(default_factory=list)
+    """What keeps the run from moving (the `weft doctor` findings naming it)."""
 
     @property
     def status(self) -> str:
@@ -260,6 +263,7 @@ class WorkflowDescription:
             ),
             decider_retry_time=_time(msg, "decider_retry_time"),
             started_by=msg.started_by,
+            problems=[Finding.from_proto(f) for f in msg.problems],
         )
 
     def to_json(self) -> dict[str, Any]:
@@ -278,6 +282,7 @@ class WorkflowDescription:
             if self.decider_retry_time
             else None,
             "started_by": self.started_by or None,
+            "problems": [p.to_json() for p in self.problems],
         }
 
 

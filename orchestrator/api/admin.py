@@ -1,5 +1,6 @@
 """weft.v1.AdminService: what operators do to the service rather than to one
-workflow: locks (list, force-release), namespaces and the retention purge."""
+workflow: locks (list, force-release), namespaces, the retention purge, and
+the diagnosis of stuck runs (`doctor.py`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from . import validate
 from .common import Ctx, optional_payload, timestamp
 from .credentials import CredentialsAdmin
+from .doctor import DiagnosticsAdmin
 from .errors import grpc_errors
 from .nodes import NodesAdmin
 
@@ -36,7 +38,7 @@ def _holder(entry: LockEntry) -> a.LockHolder:
     )
 
 
-class AdminService(CredentialsAdmin, NodesAdmin, ag.AdminServiceServicer):
+class AdminService(CredentialsAdmin, NodesAdmin, DiagnosticsAdmin, ag.AdminServiceServicer):
     @grpc_errors
     async def ListLocks(self, req: a.ListLocksRequest, ctx: Ctx) -> a.ListLocksResponse:
         ns = validate.namespace(req.namespace)

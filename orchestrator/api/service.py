@@ -23,6 +23,7 @@ from sdk.api.weft.v1 import service_pb2_grpc as sg
 
 from . import paging, validate
 from .common import HISTORY_PAGE, Ctx, ServiceSettings, execution_info, optional_payload, timestamp
+from .doctor import Doctor, finding_proto
 from .errors import grpc_errors
 from .guard import check_run
 from .tasks import TaskService
@@ -259,6 +260,8 @@ class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer
                 requested_event_id=lock.requested_id,
                 acquired_event_id=lock.acquired_id,
             )
+        problems = await Doctor(self._store, self._pollers, self._settings.limits).run(row, st)
+        resp.problems.extend(finding_proto(f) for f in problems)
         return resp
 
     @grpc_errors

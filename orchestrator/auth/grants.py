@@ -56,6 +56,8 @@ CALLERS: dict[str, frozenset[str]] = {
     "RevokeCredential": frozenset(),
     # the cluster: any reader may see its nodes
     "ListNodes": frozenset({READER}),
+    # a reader of a namespace may see what is stuck in it (read-only)
+    "DiagnoseNamespace": frozenset({READER}),
 }
 
 # Calls that act on every namespace at once: only an admin of "*" may make them.

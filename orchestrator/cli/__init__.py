@@ -19,6 +19,7 @@ import click
 from orchestrator.cli import (
     auth_cmd,
     cluster_cmds,
+    doctor_cmd,
     locks_cmd,
     replay_cmd,
     server_cmd,
@@ -49,6 +50,7 @@ for command in (
     *worker_cmds.COMMANDS,
     *auth_cmd.COMMANDS,
     *cluster_cmds.COMMANDS,
+    *doctor_cmd.COMMANDS,
 ):
     cli.add_command(command)
 

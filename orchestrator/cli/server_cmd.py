@@ -62,6 +62,14 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     help="how often closed runs past their retention are deleted (0s: never)",
 )
 @click.option(
+    "--diagnose-interval",
+    envvar="WEFT_DIAGNOSE_INTERVAL",
+    type=DURATION,
+    default="60s",
+    show_default=True,
+    help="how often stuck runs are counted for the weft_stuck_findings metric (0s: never)",
+)
+@click.option(
     "--workers",
     envvar="WEFT_WORKERS",
     type=click.IntRange(min=1),
@@ -147,6 +155,7 @@ def server(
     long_poll: timedelta,
     max_polls_per_client: int,
     purge_interval: timedelta,
+    diagnose_interval: timedelta,
     workers: int,
     reuse_port: bool,
     log_level: str,
@@ -188,6 +197,7 @@ def server(
             "WEFT_LONG_POLL": f"{long_poll.total_seconds()}s",
             "WEFT_MAX_POLLS_PER_CLIENT": str(max_polls_per_client),
             "WEFT_PURGE_INTERVAL": f"{purge_interval.total_seconds()}s",
+            "WEFT_DIAGNOSE_INTERVAL": f"{diagnose_interval.total_seconds()}s",
             "WEFT_LOG_LEVEL": log_level,
             "WEFT_MAX_POLLS_PER_PRINCIPAL": str(max_polls_per_principal),
             "WEFT_MAX_REQUESTS_PER_PRINCIPAL": str(max_requests_per_principal),
@@ -204,6 +214,7 @@ def server(
         long_poll=long_poll.total_seconds(),
         max_polls_per_client=max_polls_per_client,
         purge_interval=purge_interval.total_seconds(),
+        diagnose_interval=diagnose_interval.total_seconds(),
         reuse_port=reuse_port,
         tls_cert=tls_cert or "",
         tls_key=tls_key or "",

@@ -8,6 +8,7 @@ from typing import Any
 import click
 
 from orchestrator.cli.client import connect
+from orchestrator.cli.doctor_cmd import finding_lines
 from orchestrator.cli.errors import EXIT_FAILED, reports_errors
 from orchestrator.cli.history_cmd import history
 from orchestrator.cli.output import compact, echo, moment, print_json, span, table
@@ -212,6 +213,10 @@ def _description(d: WorkflowDescription) -> str:
     if d.locks:
         rows_l = [(lk.lock_name, lk.state, str(lk.requested_event_id)) for lk in d.locks]
         out += ["", "locks:", table(("LOCK", "STATE", "REQUESTED AT EVENT"), rows_l)]
+    if d.problems:
+        out += ["", "problems (weft doctor):"]
+        for finding in d.problems:
+            out += finding_lines(finding)
     return "\n".join(out)
 
 

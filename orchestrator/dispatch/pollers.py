@@ -49,6 +49,15 @@ class PollerSightings:
     def recent(self, key: TaskListKey, since: float) -> dict[str, float]:
         return {i: at for (k, i), at in self._seen.items() if k == key and at >= since}
 
+    def latest(self, keys: set[TaskListKey]) -> dict[TaskListKey, float]:
+        """The latest sighting on each of `keys` that has one (one pass over all
+        sightings, however many keys: `weft doctor` asks about hundreds)."""
+        out: dict[TaskListKey, float] = {}
+        for (key, _), at in self._seen.items():
+            if key in keys and at > out.get(key, 0.0):
+                out[key] = at
+        return out
+
     def _forget_oldest(self) -> None:
         # Written ones first: an unwritten sighting is the only record of that poller.
         by_age = sorted(self._seen.items(), key=lambda kv: (kv[0] in self._unwritten, kv[1]))

@@ -38,6 +38,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 from . import dialect, migrate
 from .cache import CachedRun
 from .credentials import Credentials
+from .diagnostics import Diagnostics
 from .locked import LockedWrites
 from .nodes import Nodes
 from .pg_writer import PgWriter
@@ -85,6 +86,7 @@ class Store(LockedWrites):
     credentials: Credentials
     workers: WorkerSessions
     nodes: Nodes
+    diagnostics: Diagnostics
 
     @classmethod
     async def open(
@@ -100,6 +102,7 @@ class Store(LockedWrites):
         store.credentials = Credentials(store)
         store.workers = WorkerSessions(store)
         store.nodes = Nodes(store)
+        store.diagnostics = Diagnostics(store)
         if store.is_pg:
             store._hot = PgWriter(dialect.libpq_url(url), store.stats)
         else:

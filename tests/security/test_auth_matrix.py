@@ -100,6 +100,7 @@ ALLOWED: dict[str, set[str]] = {
     "ListWorkers": ADMINS | {"worker", "reader"},
     # The cluster's nodes are no namespace's: any admin or reader may see them.
     "ListNodes": ADMINS | {"reader", "admin-other-ns"},
+    "DiagnoseNamespace": ADMINS | {"reader"},
 }
 # What an allowed call answers (the requests aim at things that make it fail
 # harmlessly where succeeding would disturb the other cases).
@@ -303,6 +304,7 @@ def requests(setup: Setup) -> dict[str, Callable[[], Any]]:
         ),
         "ListWorkers": lambda: s.ListWorkersRequest(namespace="default", task_list="tl-a"),
         "ListNodes": lambda: a.ListNodesRequest(),
+        "DiagnoseNamespace": lambda: a.DiagnoseNamespaceRequest(namespace="default"),
     }
 
 

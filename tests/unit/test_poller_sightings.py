@@ -45,3 +45,15 @@ def test_an_identity_per_poll_cannot_grow_memory_without_bound() -> None:
         seen.note(KEY, f"poll-{i}", float(i))
     assert len(seen.recent(KEY, since=0.0)) <= 100
     assert "poll-999" in seen.recent(KEY, since=0.0)  # the newest are kept
+
+
+def test_the_latest_sighting_of_each_list_asked_about() -> None:
+    seen = PollerSightings()
+    seen.note(KEY, "old", 1.0)
+    seen.note(KEY, "new", 50.0)
+    seen.note(OTHER, "elsewhere", 70.0)
+    assert seen.latest({KEY}) == {KEY: 50.0}
+    assert seen.latest({KEY, OTHER, TaskListKey("default", "activity", "idle")}) == {
+        KEY: 50.0,
+        OTHER: 70.0,
+    }

@@ -10,6 +10,7 @@ from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
 from google.protobuf.internal import containers as _containers
 from sdk.api.weft.v1 import common_pb2 as _common_pb2
+from sdk.api.weft.v1 import diagnostics_pb2 as _diagnostics_pb2
 import builtins as _builtins
 import sys
 import typing as _typing
@@ -763,3 +764,58 @@ class ListNodesResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListNodesResponse: _TypeAlias = ListNodesResponse  # noqa: Y015
+
+@_typing.final
+class DiagnoseNamespaceRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    NO_POLLER_AFTER_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    @_builtins.property
+    def no_poller_after(self) -> _duration_pb2.Duration:
+        """A task list counts as unpolled when no poller was seen on it for this
+        long, and its tasks waited as long. Unset: 60 s.
+        """
+
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        no_poller_after: _duration_pb2.Duration | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["no_poller_after", b"no_poller_after"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "no_poller_after", b"no_poller_after"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiagnoseNamespaceRequest: _TypeAlias = DiagnoseNamespaceRequest  # noqa: Y015
+
+@_typing.final
+class DiagnoseNamespaceResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    FINDINGS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """Some kind had more findings than are listed (each kind is bounded)."""
+    @_builtins.property
+    def findings(self) -> _containers.RepeatedCompositeFieldContainer[_diagnostics_pb2.Finding]:
+        """The most urgent first (deadlocks, blocked lock chains, unpolled task
+        lists, overdue deadlines, long histories). Empty: nothing looks stuck.
+        """
+
+    def __init__(
+        self,
+        *,
+        findings: _abc.Iterable[_diagnostics_pb2.Finding] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["findings", b"findings", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___DiagnoseNamespaceResponse: _TypeAlias = DiagnoseNamespaceResponse  # noqa: Y015

@@ -91,6 +91,11 @@ class AdminServiceStub:
                 request_serializer=weft_dot_v1_dot_admin__pb2.ListNodesRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_admin__pb2.ListNodesResponse.FromString,
                 _registered_method=True)
+        self.DiagnoseNamespace = channel.unary_unary(
+                '/weft.v1.AdminService/DiagnoseNamespace',
+                request_serializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceResponse.FromString,
+                _registered_method=True)
 
 
 class AdminServiceServicer:
@@ -178,6 +183,15 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def DiagnoseNamespace(self, request, context):
+        """Stuck runs of a namespace (README "weft doctor"): tasks no poller takes,
+        overdue deadlines, lock waiters behind a blocked holder, histories near
+        their limit. Read-only; each finding says what to do.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -235,6 +249,11 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.ListNodes,
                     request_deserializer=weft_dot_v1_dot_admin__pb2.ListNodesRequest.FromString,
                     response_serializer=weft_dot_v1_dot_admin__pb2.ListNodesResponse.SerializeToString,
+            ),
+            'DiagnoseNamespace': grpc.unary_unary_rpc_method_handler(
+                    servicer.DiagnoseNamespace,
+                    request_deserializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -536,6 +555,33 @@ class AdminService:
             '/weft.v1.AdminService/ListNodes',
             weft_dot_v1_dot_admin__pb2.ListNodesRequest.SerializeToString,
             weft_dot_v1_dot_admin__pb2.ListNodesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DiagnoseNamespace(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/DiagnoseNamespace',
+            weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceRequest.SerializeToString,
+            weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -64,6 +64,11 @@ class AdminServiceStub:
     """The server nodes sharing the database, and which one leads the upkeep
     (retention purge, schedules, the worker-session reaper).
     """
+    DiagnoseNamespace: _grpc.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseNamespaceRequest, _admin_pb2.DiagnoseNamespaceResponse]
+    """Stuck runs of a namespace (README "weft doctor"): tasks no poller takes,
+    overdue deadlines, lock waiters behind a blocked holder, histories near
+    their limit. Read-only; each finding says what to do.
+    """
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -100,6 +105,11 @@ class AdminServiceAsyncStub(AdminServiceStub):
     ListNodes: _aio.UnaryUnaryMultiCallable[_admin_pb2.ListNodesRequest, _admin_pb2.ListNodesResponse]  # type: ignore[assignment]
     """The server nodes sharing the database, and which one leads the upkeep
     (retention purge, schedules, the worker-session reaper).
+    """
+    DiagnoseNamespace: _aio.UnaryUnaryMultiCallable[_admin_pb2.DiagnoseNamespaceRequest, _admin_pb2.DiagnoseNamespaceResponse]  # type: ignore[assignment]
+    """Stuck runs of a namespace (README "weft doctor"): tasks no poller takes,
+    overdue deadlines, lock waiters behind a blocked holder, histories near
+    their limit. Read-only; each finding says what to do.
     """
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
@@ -200,6 +210,17 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_admin_pb2.ListNodesResponse, _abc.Awaitable[_admin_pb2.ListNodesResponse]]:
         """The server nodes sharing the database, and which one leads the upkeep
         (retention purge, schedules, the worker-session reaper).
+        """
+
+    @_abc_1.abstractmethod
+    def DiagnoseNamespace(
+        self,
+        request: _admin_pb2.DiagnoseNamespaceRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_admin_pb2.DiagnoseNamespaceResponse, _abc.Awaitable[_admin_pb2.DiagnoseNamespaceResponse]]:
+        """Stuck runs of a namespace (README "weft doctor"): tasks no poller takes,
+        overdue deadlines, lock waiters behind a blocked holder, histories near
+        their limit. Read-only; each finding says what to do.
         """
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

@@ -12,6 +12,7 @@ from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from sdk.api.weft.v1 import common_pb2 as _common_pb2
 from sdk.api.weft.v1 import decisions_pb2 as _decisions_pb2
+from sdk.api.weft.v1 import diagnostics_pb2 as _diagnostics_pb2
 from sdk.api.weft.v1 import history_pb2 as _history_pb2
 import builtins as _builtins
 import sys
@@ -497,6 +498,7 @@ class DescribeWorkflowResponse(_message.Message):
     DECIDER_FAILURE_MESSAGE_FIELD_NUMBER: _builtins.int
     DECIDER_RETRY_TIME_FIELD_NUMBER: _builtins.int
     STARTED_BY_FIELD_NUMBER: _builtins.int
+    PROBLEMS_FIELD_NUMBER: _builtins.int
     decider_state: _builtins.str
     """"none", "scheduled", "started", "started+scheduled", or "retrying" (a failed
     attempt waits out its backoff, or for a poller).
@@ -526,6 +528,12 @@ class DescribeWorkflowResponse(_message.Message):
 
     @_builtins.property
     def decider_retry_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def problems(self) -> _containers.RepeatedCompositeFieldContainer[_diagnostics_pb2.Finding]:
+        """What keeps this run from moving (the findings of `weft doctor` that name
+        it); empty when nothing looks stuck.
+        """
+
     def __init__(
         self,
         *,
@@ -542,10 +550,11 @@ class DescribeWorkflowResponse(_message.Message):
         decider_failure_message: _builtins.str = ...,
         decider_retry_time: _timestamp_pb2.Timestamp | None = ...,
         started_by: _builtins.str = ...,
+        problems: _abc.Iterable[_diagnostics_pb2.Finding] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_retry_time", b"decider_retry_time", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_attempt", b"decider_attempt", "decider_failure_cause", b"decider_failure_cause", "decider_failure_message", b"decider_failure_message", "decider_retry_time", b"decider_retry_time", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "locks", b"locks", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers", "started_by", b"started_by"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cancel_requested", b"cancel_requested", "decider_attempt", b"decider_attempt", "decider_failure_cause", b"decider_failure_cause", "decider_failure_message", b"decider_failure_message", "decider_retry_time", b"decider_retry_time", "decider_state", b"decider_state", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "info", b"info", "locks", b"locks", "pending_activities", b"pending_activities", "pending_timers", b"pending_timers", "problems", b"problems", "started_by", b"started_by"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
