@@ -171,3 +171,24 @@ async def test_the_retention_goes_on_with_the_workflow(stub: sg.WorkflowServiceS
     await continued(wf)
     first = (await wf.history())[0].workflow_started
     assert (first.retention, first.retention_hash) == ("max(7200s, 4)", "nightly")
+
+
+async def test_a_signal_that_came_in_meanwhile_refuses_the_close_and_keeps_the_lock(
+    stub: sg.WorkflowServiceStub, admin: ag.AdminServiceStub
+) -> None:
+    name = unique("lock")
+    holder = await started(stub)
+    await ask(holder, request(name))
+    await ask(holder)
+    await nudge(holder)
+    task = await holder.poll_decision()
+    await nudge(holder)  # after the task started: the decider has not seen it
+    await holder.decide(task, continue_carrying(name))
+    failed = (await events(holder, "WorkflowCloseFailed"))[0].workflow_close_failed
+    assert (failed.decision_type, failed.cause) == ("ContinueAsNew", "UNHANDLED_EVENTS")
+    types = await holder.types()
+    assert "WorkflowContinuedAsNew" not in types and "LockReleased" not in types
+    assert (await lock_info(admin, name)).holder.run_id == holder.run_id
+    # The next task sees the signal, and continuing then carries the lock.
+    await continued(holder, name)
+    assert (await lock_info(admin, name)).holder.run_id == holder.run_id

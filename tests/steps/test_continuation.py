@@ -6,6 +6,7 @@ replays to the same decisions, and `continue-as-new-after` is read and checked."
 from __future__ import annotations
 
 import asyncio
+import json
 from datetime import timedelta
 from typing import Any
 
@@ -13,12 +14,14 @@ import pytest
 
 from orchestrator.config import ServerConfig
 from orchestrator.engine.limits import Limits
-from sdk import AsyncClient, Event
+from sdk import AsyncClient, Decision, Event
+from sdk.converter import DEFAULT_CONVERTER
+from sdk.testing import HistoryBuilder
 from tests.helpers import wait_until
 from tests.steps.harness import run_steps
 from workers.steps.continuation import ContinueAfter, parse_after
 from workers.steps.definition import DefinitionError, parse
-from workers.steps.interpreter import check_history
+from workers.steps.interpreter import check_history, replay
 
 LIMIT = 200
 
@@ -65,16 +68,17 @@ async def runs_of(client: AsyncClient, workflow_id: str) -> list[list[Event]]:
         history = await client.history(workflow_id, run_id=run_id)
 
 
-def ticks(count: int, pause_after: int = 0) -> Any:
-    """Send `count` ticks, the last one saying stop, each once the loop took the
-    one before (a burst would fill the history with signals alone); with
-    `pause_after`, wait a little over a second after that tick."""
+def ticks(count: int, pause_after: int = 0, stop_last: bool = True) -> Any:
+    """Send `count` ticks, the last one saying stop (unless not `stop_last`), each
+    once the loop took the one before (a burst would fill the history with
+    signals alone); with `pause_after`, wait a little over a second after that tick."""
 
     async def send(client: AsyncClient, workflow_id: str) -> None:
         for n in range(1, count + 1):
-            await client.signal(workflow_id, "tick", {"n": n, "stop": n == count})
+            stop = stop_last and n == count
+            await client.signal(workflow_id, "tick", {"n": n, "stop": stop})
             if n < count:
-                await wait_until(lambda: _consumed(client, workflow_id, n), timeout=20)
+                await wait_until(lambda n=n: _consumed(client, workflow_id, n), timeout=20)
             if n == pause_after:
                 await asyncio.sleep(1.2)  # time passing is what this test is about
 
@@ -171,3 +175,141 @@ def test_bad_continue_as_new_after_is_refused_with_its_line(text: str, reason: s
     message = str(err.value)
     assert message.startswith("loop.yaml:4:"), message
     assert reason in message, message
+
+
+# -- the interpreter on histories built by hand ------------------------------------------
+
+
+def _recorded(builder: HistoryBuilder, decisions: list[Decision]) -> None:
+    """Append what the service records for `decisions` (a ContinueAsNew refused
+    for a signal that came in meanwhile)."""
+    builder.decision_completed()
+    done = builder.last_id
+    for decision in decisions:
+        if decision.kind == "RecordMarker":
+            details = json.loads(DEFAULT_CONVERTER.encode(decision.attributes["details"]).data)
+            builder.add(
+                "Marker",
+                marker_name=decision.attributes["marker_name"],
+                details=details,
+                decider_completed_event_id=done,
+            )
+        elif decision.kind == "ScheduleActivity":
+            a = decision.attributes
+            builder.add(
+                "ActivityScheduled",
+                activity_id=a["activity_id"],
+                activity_type={"name": a["activity_type"]},
+                input=json.loads(DEFAULT_CONVERTER.encode(a["input"]).data),
+                decider_completed_event_id=done,
+            )
+        elif decision.kind == "StartTimer":
+            builder.add(
+                "TimerScheduled",
+                timer_id=decision.attributes["timer_id"],
+                start_to_fire_timeout=decision.attributes["delay"].total_seconds(),
+                decider_completed_event_id=done,
+            )
+        elif decision.kind == "RequestCancelActivity":
+            builder.add(
+                "ActivityCancelRequested",
+                activity_id=decision.attributes["activity_id"],
+                decider_completed_event_id=done,
+            )
+        else:
+            assert decision.kind == "ContinueAsNew"
+            builder.add(
+                "WorkflowCloseFailed",
+                decision_type="ContinueAsNew",
+                cause="UNHANDLED_EVENTS",
+                decider_completed_event_id=done,
+            )
+
+
+def _step_markers(decisions: list[Decision]) -> list[dict[str, Any]]:
+    return [
+        d.attributes["details"]
+        for d in decisions
+        if d.kind == "RecordMarker" and d.attributes["marker_name"] == "step"
+    ]
+
+
+def test_a_refused_continuation_is_tried_again_and_keeps_the_signal() -> None:
+    definition = parse("name: loop\n" + LOOP.format(settings=""), "loop.yaml")
+    old = HistoryBuilder().started({}, workflow_type="loop").decision_task()
+    first = replay(definition, old.events, old.last_id)
+    assert [m["index"] for m in _step_markers(first)] == [0, 1, 2, 3]  # waiting for a tick
+    _recorded(old, first)
+
+    old.signal("tick", {"n": 1, "stop": False}).decision_task()
+    second = replay(definition, old.events, old.last_id, continue_suggested=True)
+    # The wait took tick 1; the run continues at the next step's start.
+    assert [d.kind for d in second] == ["ContinueAsNew"]
+    old.signal("tick", {"n": 2, "stop": False})  # after the task started
+    _recorded(old, second)
+
+    old.decision_task()
+    # Not suggested this time: the workflow stays parked, and continues again
+    # (replaying the refused task decides as it did, or this raises).
+    third = replay(definition, old.events, old.last_id)
+    assert [d.kind for d in third] == ["ContinueAsNew"]
+    doc = third[0].attributes["input"]["$continuation"]
+    assert (doc["index"], doc["previous_output"]) == (4, {"n": 1, "stop": False})
+    assert doc["variables"] == {"count": 0, "total": 0, "phase": "looping"}
+    assert doc["signals"] == {"tick": [{"n": 2, "stop": False}]}
+    assert (doc["marks"], doc["count"]) == ([2], 1)
+    check_history(definition, old.events)
+
+    carried = json.loads(DEFAULT_CONVERTER.encode(third[0].attributes["input"]).data)
+    new = (
+        HistoryBuilder()
+        .started(carried, workflow_type="loop", continued_from_run_id="run-1")
+        .decision_task()
+    )
+    went_on = replay(definition, new.events, new.last_id)
+    markers = _step_markers(went_on)
+    # Tick 1 is counted, tick 2 (kept for this run) is taken at once, then it waits.
+    assert [m["index"] for m in markers] == [4, 5, 7, 3, 4, 5, 7, 3]
+    assert markers[-1]["variables"] == {"count": 2, "total": 3, "phase": "looping"}
+    assert "retention" not in [d.attributes.get("marker_name") for d in went_on]
+
+
+def test_nothing_continues_while_something_is_outstanding() -> None:
+    text = """\
+name: busy
+steps:
+  - let integer i = 0
+  - id: again
+    step: activity slow
+    timeout: 1m
+    on-error:
+      - let integer i = ${i} + 1
+  - goto again
+"""
+    definition = parse(text, "busy.yaml")
+    b = HistoryBuilder().started({}, workflow_type="busy").decision_task()
+    first = replay(definition, b.events, b.last_id)
+    assert [d.kind for d in first] == [
+        "RecordMarker",
+        "RecordMarker",
+        "StartTimer",
+        "ScheduleActivity",
+    ]
+    _recorded(b, first)
+    timer = first[2].attributes["timer_id"]
+    b.add("TimerExpired", timer_id=timer).decision_task()
+    # Due, but the timed-out activity's cancel is not through yet when the next
+    # steps start: the run goes on instead of leaving it behind.
+    second = replay(definition, b.events, b.last_id, continue_suggested=True)
+    kinds = [d.kind for d in second]
+    assert "ContinueAsNew" not in kinds
+    assert kinds[:2] == ["RequestCancelActivity", "RecordMarker"]
+    _recorded(b, second)
+    cancel_scheduled = next(e for e in b.events if e.type == "ActivityScheduled").event_id
+    b.add("ActivityCanceled", scheduled_event_id=cancel_scheduled)
+    again = next(d for d in reversed(second) if d.kind == "StartTimer")
+    b.add("TimerExpired", timer_id=again.attributes["timer_id"]).decision_task()
+    # Now the first is over; the second times out too, and with its cancel
+    # pending the run still does not continue.
+    third = replay(definition, b.events, b.last_id, continue_suggested=True)
+    assert "ContinueAsNew" not in [d.kind for d in third]
