@@ -313,3 +313,36 @@ steps:
     # pending the run still does not continue.
     third = replay(definition, b.events, b.last_id, continue_suggested=True)
     assert "ContinueAsNew" not in [d.kind for d in third]
+
+
+def test_the_new_run_has_what_was_left_of_the_workflow_timeout() -> None:
+    text = """\
+name: timed
+timeout: 1h
+steps:
+  - let integer i = 0
+  - id: w
+    step: wait signal tick
+  - let integer i = ${i} + 1
+  - goto w
+"""
+    definition = parse(text, "timed.yaml")
+    old = HistoryBuilder().started({}, workflow_type="timed").decision_task()
+    first = replay(definition, old.events, old.last_id)
+    timer = next(d for d in first if d.kind == "StartTimer")
+    assert timer.attributes["delay"] == timedelta(hours=1)
+    _recorded(old, first)
+    old.signal("tick", 1).decision_task()
+    second = replay(definition, old.events, old.last_id, continue_suggested=True)
+    assert [d.kind for d in second] == ["ContinueAsNew"]  # the timeout timer is no obstacle
+    carried = json.loads(DEFAULT_CONVERTER.encode(second[0].attributes["input"]).data)
+    later = old.events[2].timestamp + timedelta(minutes=10)
+    new = (
+        HistoryBuilder(start=later)
+        .started(carried, workflow_type="timed", continued_from_run_id="run-1")
+        .decision_task()
+    )
+    went_on = replay(definition, new.events, new.last_id)
+    left = next(d for d in went_on if d.kind == "StartTimer")
+    # Ten minutes (and the two seconds the builder puts before its DeciderStarted) gone.
+    assert left.attributes["delay"] == timedelta(minutes=50, seconds=-2)
