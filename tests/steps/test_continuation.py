@@ -346,3 +346,20 @@ steps:
     left = next(d for d in went_on if d.kind == "StartTimer")
     # Ten minutes (and the two seconds the builder puts before its DeciderStarted) gone.
     assert left.attributes["delay"] == timedelta(minutes=50, seconds=-2)
+
+
+def test_an_operator_replay_of_a_continued_run_goes_where_it_says() -> None:
+    definition = parse("name: loop\n" + LOOP.format(settings=""), "loop.yaml")
+    doc = {"index": 4, "input": {"team": "a"}, "variables": {"count": 9}, "marks": [2]}
+    replayed = HistoryBuilder().add(
+        "WorkflowStarted",
+        workflow_type={"name": "loop"},
+        input={"$continuation": doc},
+        replay_of_run_id="run-3",
+    )
+    point = {"index": 3, "resume": False, "variables": {"count": 1, "total": 1, "phase": "p"}}
+    replayed.add("ReplayRequested", point=point).decision_task()
+    decisions = replay(definition, replayed.events, replayed.last_id)
+    markers = _step_markers(decisions)
+    assert [m["index"] for m in markers] == [3]  # the wait, with the point's variables
+    assert markers[0]["variables"] == point["variables"]

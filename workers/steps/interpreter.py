@@ -298,7 +298,8 @@ class Interpreter:
             self.ops.workflow_id = str(event.get("workflow_id", ""))
         self.given = event.get("input")
         self.continuation.started_at = event.timestamp
-        continued = bool(event.get("continued_from_run_id"))
+        # (A replay of a closed continued run starts from that run's input too.)
+        continued = bool(event.get("continued_from_run_id") or event.get("replay_of_run_id"))
         self.carried = continuation.carried(self.given) if continued else None
         if self.carried is not None:
             # Before any event of this run: the old run's signals are older.
@@ -364,8 +365,8 @@ class Interpreter:
                 # Waited on through a stand-in: a replay abandons the wait, not the request.
                 await _follow(self.workflow_lock)
         start, resume = point.apply(top) if point is not None else (0, False)
-        if carried is not None:
-            start = start_at
+        if carried is not None and point is None:
+            start = start_at  # (an operator's replay goes where it says)
         if definition.timeout is None:
             return await self._steps(top, start, resume)
         limit = definition.timeout
