@@ -18,7 +18,7 @@ must always give the same decisions, which is what golden-history tests check.
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+from collections.abc import Awaitable, Sequence
 from dataclasses import dataclass, field
 from datetime import timedelta
 from functools import cached_property
@@ -48,6 +48,8 @@ _POLICIES = {
     "abandon": d.PARENT_CLOSE_POLICY_ABANDON,
 }
 CLOSE_DECISIONS = frozenset({"CompleteWorkflow", "FailWorkflow", "CancelWorkflow", "ContinueAsNew"})
+_CARRIABLE = ("held", "requested")
+"""Lock states a continue-as-new can hand on (`carry_locks=True`)."""
 
 
 class Decider:
@@ -152,6 +154,7 @@ class Decision:
                     task_list=a["task_list"],
                     execution_timeout=duration(a["execution_timeout"]),
                     decider_timeout=duration(a["decider_timeout"]),
+                    carried_locks=a.get("carried_locks") or (),
                 )
             )
         else:
@@ -365,9 +368,22 @@ class DecisionTask:
         task_list: str = "",
         execution_timeout: timedelta | None = None,
         decider_timeout: timedelta | None = None,
+        carry_locks: bool | Sequence[str] = False,
     ) -> None:
         """Close this run and start a fresh one of the same workflow id (an empty
-        history); unset options carry over from this run."""
+        history); unset options carry over from this run, and so does its retention.
+
+        `carry_locks`: the locks the new run takes over as they stand — `True` for
+        every lock this run holds or awaits, or their names. A held lock stays
+        held across the two runs (no `LockReleased`, no other run gets it in
+        between); an awaited one keeps its place in the queue. Locks not carried
+        are released by the close, as with any close."""
+        if carry_locks is True:
+            carried = [n for n, lock in self.locks.items() if lock.status in _CARRIABLE]
+        elif carry_locks is False:
+            carried = []
+        else:
+            carried = list(carry_locks)
         self._add(
             "ContinueAsNew",
             input=input,
@@ -376,6 +392,8 @@ class DecisionTask:
             task_list=task_list,
             execution_timeout=execution_timeout,
             decider_timeout=decider_timeout,
+            # Only when some are: a decision without them reads as it always did.
+            **({"carried_locks": carried} if carried else {}),
         )
 
     @property

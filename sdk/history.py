@@ -174,6 +174,16 @@ def _workflow_started(view: RunView, _: _Scheduled, e: Event) -> None:
     view.workflow_type = kind.get("name", "")
     view.version = kind.get("version", "")
     view.task_list = e.get("task_list", "")
+    for carried in e.get("carried_locks") or ():
+        # Taken over from the run this one continues: held (or awaited) from event 1.
+        name = str(carried.get("lock_name", ""))
+        held = bool(carried.get("held", False))
+        view.locks[name] = LockState(
+            name,
+            "held" if held else "requested",
+            requested_event_id=e.event_id,
+            acquired_event_id=e.event_id if held else 0,
+        )
 
 
 def _cancel_requested(view: RunView, _: _Scheduled, e: Event) -> None:

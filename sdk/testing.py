@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import inspect
 import json
+from collections.abc import Sequence
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -62,7 +63,10 @@ class HistoryBuilder:
         workflow_type: str = "workflow",
         version: str = "",
         task_list: str = "default",
+        continued_from_run_id: str = "",
+        carried_locks: Sequence[str] = (),
     ) -> HistoryBuilder:
+        """`carried_locks`: locks taken over, held, from the run this one continues."""
         return self.add(
             "WorkflowStarted",
             workflow_type={"name": workflow_type, **({"version": version} if version else {})},
@@ -70,6 +74,8 @@ class HistoryBuilder:
             input=input,
             execution_timeout=365 * 86400.0,
             decider_timeout=10.0,
+            continued_from_run_id=continued_from_run_id or None,
+            carried_locks=[{"lock_name": n, "held": True} for n in carried_locks] or None,
         )
 
     def cancel_requested(self, reason: str = "") -> HistoryBuilder:

@@ -4,9 +4,11 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from typing import Any
 
 from google.protobuf.message import Message
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
@@ -179,6 +181,8 @@ def validate_decisions(decisions: Sequence[d.Decision], limits: Limits) -> None:
             _check_id(where, "execution.workflow_id", sig.execution.workflow_id, limits)
             if not sig.signal_name:
                 raise InvalidArgument(f"{where}: signal_name is required")
+        if kind == "continue_as_new" and any(not n for n in dec.continue_as_new.carried_locks):
+            raise InvalidArgument(f"{where}: carried_locks has an empty lock name")
         if kind in ("request_lock", "release_lock"):
             lock_name = getattr(attrs, "lock_name")  # noqa: B009
             if not lock_name:
@@ -427,6 +431,19 @@ def _continue_as_new(
     s = t.state
     if not ctx.new_run_id:
         raise AssertionError("ContinueAsNew needs a new run id from the caller")
+    carried = _carried_locks(s, a.carried_locks)
+    if carried is None:
+        t.emit(
+            h.WorkflowCloseFailedAttributes(
+                decision_type="ContinueAsNew",
+                cause="LOCK_NOT_HELD",
+                decider_completed_event_id=completed,
+            )
+        )
+        return
+    # A retention set in this run (a `retention` marker) goes on with the workflow.
+    kept = s.retention != RunState.retention or bool(s.retention_hash)
+    retention_text, retention_hash = (s.retention, s.retention_hash) if kept else ("", "")
     wtype = (
         a.workflow_type
         if a.workflow_type.name
@@ -455,6 +472,9 @@ def _continue_as_new(
         parent_workflow_id=s.parent_workflow_id,
         parent_run_id=s.parent_run_id,
         parent_started_id=s.parent_started_id,
+        carried_locks=carried,
+        retention=retention_text,
+        retention_hash=retention_hash,
     )
     t.emit(
         h.WorkflowContinuedAsNewAttributes(
@@ -465,6 +485,9 @@ def _continue_as_new(
             execution_timeout=duration(execution),
             decider_timeout=duration(decider),
             decider_completed_event_id=completed,
+            carried_locks=carried,
+            retention=retention_text,
+            retention_hash=retention_hash,
         )
     )
     successor = Transition(
@@ -472,3 +495,19 @@ def _continue_as_new(
     )
     start_workflow(successor, cmd)
     t.new_runs.append(successor.finish())
+
+
+def _carried_locks(s: RunState, names: Sequence[str]) -> tuple[h.CarriedLock, ...] | None:
+    """The locks a ContinueAsNew hands to the new run, in the order named (a name
+    given twice counts once); None if the run neither holds nor awaits one of them."""
+    out: list[h.CarriedLock] = []
+    for name in dict.fromkeys(names):
+        lock = s.locks.get(name)
+        if lock is None:
+            return None
+        since = Timestamp()
+        since.FromDatetime(
+            datetime.fromtimestamp(lock.acquired_at if lock.held else lock.requested_at, UTC)
+        )
+        out.append(h.CarriedLock(lock_name=name, held=lock.held, since=since))
+    return tuple(out)

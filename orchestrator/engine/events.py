@@ -174,6 +174,19 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         state.parent_started_id = a.parent_started_event_id
         state.replay_of_run_id = a.replay_of_run_id
         state.started_by = event.principal
+        if a.retention:
+            state.retention, state.retention_hash = a.retention, a.retention_hash
+        for carried in a.carried_locks:
+            # Taken over from the run this one continues: the store moved its
+            # row (holder, or place in the queue) to this run in the same commit.
+            since = carried.since.ToDatetime(tzinfo=UTC).timestamp()
+            state.locks[carried.lock_name] = LockState(
+                lock_name=carried.lock_name,
+                requested_id=event.event_id,
+                requested_at=since,
+                acquired_id=event.event_id if carried.held else 0,
+                acquired_at=since if carried.held else 0.0,
+            )
     elif t == "DeciderScheduled":
         d.scheduled_id = event.event_id
     elif t == "DeciderStarted":

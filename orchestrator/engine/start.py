@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
@@ -26,6 +26,11 @@ class StartCommand:
     parent_run_id: str = ""
     parent_started_id: int = 0
     replay_of_run_id: str = ""
+    carried_locks: tuple[h.CarriedLock, ...] = field(default_factory=tuple)
+    """Locks taken over from the run this one continues (continue-as-new)."""
+    retention: str = ""
+    retention_hash: str = ""
+    """The retention of the run this one continues ("": the default)."""
 
 
 def start_workflow(t: Transition, cmd: StartCommand) -> None:
@@ -41,6 +46,9 @@ def start_workflow(t: Transition, cmd: StartCommand) -> None:
         parent_run_id=cmd.parent_run_id,
         parent_started_event_id=cmd.parent_started_id,
         replay_of_run_id=cmd.replay_of_run_id,
+        carried_locks=cmd.carried_locks,
+        retention=cmd.retention,
+        retention_hash=cmd.retention_hash,
     )
     if cmd.input is not None:
         attrs.input.CopyFrom(cmd.input)

@@ -240,7 +240,9 @@ class LockedWrites(StoreBase):
         t.finish()
         if t.events or t.state_changed or is_new:
             await self._persist(conn, t, before_tasks, before_deadlines, is_new, committed)
-            await self._sync_locks(conn, t.state, before_locks, committed)
+            carried = await self._carry_locks(conn, t, before_locks)
+            left = {n: claim for n, claim in before_locks.items() if n not in carried}
+            await self._sync_locks(conn, t.state, left, committed)
             await self._deliver(conn, t, committed)
             if was_open and not t.state.is_open:
                 await self._closed(conn, t, before_children, committed)
@@ -367,6 +369,39 @@ class LockedWrites(StoreBase):
             earliest = min(due for _, due in added)
             if c.earliest_deadline is None or earliest < c.earliest_deadline:
                 c.earliest_deadline = earliest
+
+    async def _carry_locks(
+        self, conn: AsyncConnection, t: Transition, before: dict[str, derived.LockClaim]
+    ) -> set[str]:
+        """Hand the lock rows of a run that continued as new to its new run: the
+        holder row (or the place in the queue) changes owner in this transaction,
+        so the lock is never free and no waiter is granted it in between. The
+        names handed on; `_sync_locks` then settles the run's other locks."""
+        carried = {
+            name: (successor.state.run_id, claim)
+            for successor in t.new_runs
+            for name, claim in derived.lock_claims(successor.state).items()
+        }
+        if not carried:
+            return set()
+        if self.is_pg:
+            # All of the run's names, sorted, as `_sync_locks` takes them.
+            for name in sorted(before.keys() | carried.keys()):
+                await conn.execute(_LOCK_NAME_XACT, {"key": f"{t.state.namespace}/{name}"})
+        for name, (new_run_id, claim) in carried.items():
+            table = locks if claim.held else lock_waiters
+            moved = await conn.execute(
+                update(table)
+                .where(
+                    table.c.namespace == t.state.namespace,
+                    table.c.lock_name == name,
+                    table.c.run_id == t.state.run_id,
+                )
+                .values(run_id=new_run_id, requested_id=claim.requested_id)
+            )
+            if moved.rowcount != 1:
+                raise AssertionError(f"run {t.state.run_id} has no row for lock {name!r} to carry")
+        return set(carried)
 
     async def _sync_locks(
         self,

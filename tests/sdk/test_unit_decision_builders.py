@@ -268,3 +268,40 @@ def test_lock_decisions() -> None:
         d.Decision(request_lock=d.RequestLockDecision(lock_name="quota-ada")),
         d.Decision(release_lock=d.ReleaseLockDecision(lock_name="old")),
     ]
+
+
+def test_continue_as_new_carries_the_locks_it_is_told_to() -> None:
+    history = (
+        HistoryBuilder()
+        .started({"order": 7}, workflow_type="order", continued_from_run_id="r0")
+        .decision_task()
+    )
+    for kind, name in [
+        ("LockRequested", "a"),
+        ("LockAcquired", "a"),
+        ("LockRequested", "b"),
+        ("LockRequested", "c"),
+        ("LockReleased", "c"),
+    ]:
+        history.add(kind, lock_name=name)
+    history.decision_completed().decision_task()
+    everything = proto_of_history(history, lambda t: t.continue_as_new(carry_locks=True))
+    assert list(everything.continue_as_new.carried_locks) == ["a", "b"]
+    named = proto_of_history(history, lambda t: t.continue_as_new(carry_locks=["b"]))
+    assert list(named.continue_as_new.carried_locks) == ["b"]
+    task = task_for(history.events)
+    task.continue_as_new()
+    assert "carried_locks" not in task.decisions[0].attributes
+
+
+def test_a_carried_lock_is_held_from_the_first_event() -> None:
+    history = HistoryBuilder().started(carried_locks=["quota"]).decision_task()
+    lock = task_for(history.events).locks["quota"]
+    assert lock.held
+    assert (lock.requested_event_id, lock.acquired_event_id) == (1, 1)
+
+
+def proto_of_history(history: HistoryBuilder, build: Callable[[DecisionTask], None]) -> d.Decision:
+    task = task_for(history.events)
+    build(task)
+    return task.decisions[-1].to_proto()

@@ -891,7 +891,7 @@ REFUSED: dict[str, tuple[str, int, str]] = {
     "unknown-key": (
         "name: wf\nretries: 3\nsteps: [return x]\n",
         2,
-        "unknown key 'retries' (known: decider-timeout,",
+        "unknown key 'retries' (known: continue-as-new-after,",
     ),
     "key-twice": ("name: wf\ntask_list: a\ntask-list: b\n", 3, "'task-list' is given twice"),
     "missing-name": ("# hi\nsteps: [return x]\n", 1, "`name` is required"),

@@ -7,7 +7,7 @@ from collections.abc import Callable
 
 import pytest
 
-from orchestrator.engine import derived, external
+from orchestrator.engine import derived, external, locks
 from orchestrator.engine.activity import start_activity_task
 from orchestrator.engine.decisions import DecisionContext, validate_decisions
 from orchestrator.engine.errors import (
@@ -16,6 +16,7 @@ from orchestrator.engine.errors import (
     NotFound,
     ResourceExhausted,
 )
+from orchestrator.engine.events import fold
 from orchestrator.engine.limits import Limits
 from orchestrator.engine.tokens import TaskToken
 from orchestrator.engine.transition import duration
@@ -682,3 +683,48 @@ def test_cancelling_pending_work_then_closing_in_one_batch_closes() -> None:
         "WorkflowSuccess",
     ]
     assert not run.state.is_open
+
+
+def test_continue_as_new_carries_locks_into_the_new_runs_state() -> None:
+    run = started()
+    run.step(
+        d.Decision(request_lock=d.RequestLockDecision(lock_name="held")),
+        d.Decision(request_lock=d.RequestLockDecision(lock_name="queued")),
+        d.Decision(request_lock=d.RequestLockDecision(lock_name="dropped")),
+    )
+    run.advance(5)
+    run.apply(lambda t: locks.grant(t, "held", "", ""))
+    acquired_at = run.state.locks["held"].acquired_at
+    requested_at = run.state.locks["queued"].requested_at
+    run.advance(5)
+    decision = continue_as_new()
+    decision.continue_as_new.carried_locks.extend(["queued", "held", "held"])
+    run.step(decision)
+    closed = run.history[-1].workflow_continued_as_new
+    assert [(c.lock_name, c.held) for c in closed.carried_locks] == [
+        ("queued", False),
+        ("held", True),
+    ]
+    assert run.state.locks == {}  # the old run holds nothing: the close let go of "dropped"
+    assert "LockReleased" not in run.types
+    nxt = run.new_runs[0]
+    assert list(nxt.events[0].workflow_started.carried_locks) == list(closed.carried_locks)
+    held, queued = nxt.state.locks["held"], nxt.state.locks["queued"]
+    assert (held.requested_id, held.acquired_id, held.acquired_at) == (1, 1, acquired_at)
+    assert (queued.acquired_id, queued.requested_at) == (0, requested_at)
+    assert set(nxt.state.locks) == {"held", "queued"}
+    assert fold(nxt.state.key, nxt.events).folded_part() == nxt.state.folded_part()
+
+
+def test_continue_as_new_carrying_a_lock_it_does_not_have_fails_the_close() -> None:
+    run = started()
+    run.step(d.Decision(request_lock=d.RequestLockDecision(lock_name="mine")))
+    decision = continue_as_new()
+    decision.continue_as_new.carried_locks.append("yours")
+    run.signal()
+    run.step(decision)
+    assert run.last_types[-2:] == ["WorkflowCloseFailed", "DeciderScheduled"]
+    failed = run.history[-2].workflow_close_failed
+    assert (failed.decision_type, failed.cause) == ("ContinueAsNew", "LOCK_NOT_HELD")
+    assert run.state.is_open and "mine" in run.state.locks
+    assert run.new_runs == []

@@ -106,6 +106,7 @@ from yaml.constructor import SafeConstructor
 from sdk import retention
 from sdk.durations import parse_duration
 from workers.steps import retrying, yamlbound
+from workers.steps.continuation import parse_after
 from workers.steps.expressions import check_expression
 from workers.steps.limits import MAX_EXPRESSION_CHARS
 from workers.steps.model import RESERVED_IDS, Definition, Param, Step
@@ -431,6 +432,8 @@ _WORKFLOW_KEYS = {
     "replayable": "replayable",
     "idempotent": "idempotent",
     "retention": "retention",
+    "continue-as-new-after": "continue_as_new_after",
+    "continue_as_new_after": "continue_as_new_after",
     "steps": "steps",
 }
 _WORKFLOW_REPLAYABLE = _same("enabled", "disabled", "from start", "automatically")
@@ -520,6 +523,16 @@ def _read_retention(node: yaml.Node, context: _Context, key: str) -> dict[str, A
     return {"retention": _retention(node)}
 
 
+def _read_continue_after(node: yaml.Node, context: _Context, key: str) -> dict[str, Any]:
+    text = _text(node, key)
+    if text is None:
+        return {}
+    try:
+        return {"continue_as_new_after": parse_after(text)}
+    except ValueError as exc:
+        raise _Invalid(_line(node), f"`{key}`: {exc}") from None
+
+
 def _read_parameters(node: yaml.Node, context: _Context, key: str) -> dict[str, Any]:
     if isinstance(node, yaml.ScalarNode) and node.tag == _NULL:
         return {}
@@ -551,6 +564,7 @@ _WORKFLOW_READERS: dict[str, Callable[[yaml.Node, _Context, str], dict[str, Any]
     "replayable": _read_replayable,
     "idempotent": _read_idempotent,
     "retention": _read_retention,
+    "continue_as_new_after": _read_continue_after,
     "steps": _read_steps,
 }
 

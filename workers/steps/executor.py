@@ -27,6 +27,7 @@ from sdk.durations import parse_duration
 from workers.builtins import ShellValue, shell_script
 from workers.steps import conditions, expressions, retrying, transforms
 from workers.steps.budget import Budget
+from workers.steps.continuation import Continuation
 from workers.steps.errors import FlowSignal, Jump, Replay, Return, StepError
 from workers.steps.expressions import ExpressionError
 from workers.steps.limits import MAX_FOREACH_ITEMS
@@ -81,6 +82,8 @@ class Run:
         self.workflow_lock = ""
         self.budget: Budget | None = None
         """The CPU budget of the decision task being decided, if any."""
+        self.continuation: Continuation | None = None
+        """Where the run continues as new on its own (set by the interpreter)."""
 
     def spawn(self, coro: Coroutine[Any, Any, Any]) -> Task:
         return self.scheduler.spawn(coro)
@@ -148,6 +151,10 @@ class Frame:
         index = start
         while 0 <= index < len(self.steps):
             self.current = index
+            parking = self.run.continuation
+            gate = parking.gate(self, index) if parking is not None and not resume else None
+            if gate is not None:
+                await gate  # the run continues as new from here; this one waits for its close
             try:
                 target = await self.run_step(index, resume=resume)
             except Replay as replay:

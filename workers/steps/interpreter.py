@@ -24,9 +24,10 @@ from typing import Any
 from sdk.decider import Decider, Decision, DecisionTask
 from sdk.events import Event
 from sdk.testing import check_decisions
+from workers.steps import continuation, expressions
 from workers.steps import definition as definitions
-from workers.steps import expressions
 from workers.steps.budget import Budget, BudgetExceeded
+from workers.steps.continuation import Continuation
 from workers.steps.errors import Jump, StepError
 from workers.steps.executor import Frame, Run, lock_name, record_retention, run_workflow, within
 from workers.steps.limits import DECIDE_CPU_SECONDS, MIN_TIMER
@@ -92,6 +93,7 @@ class StepDecider(Decider):
                 task.workflow_id,
                 min_timer=self.min_timer,
                 budget=budget,
+                continue_suggested=task.continue_as_new_suggested,
             )
         except BudgetExceeded as exc:
             # The run fails, with why: failing only the decision task would have
@@ -144,16 +146,21 @@ def replay(
     *,
     min_timer: timedelta = MIN_TIMER,
     budget: Budget | None = None,
+    continue_suggested: bool = False,
 ) -> list[Decision]:
     """The decisions of the task whose `DeciderStarted` is `started_event_id`;
     raises `NonDeterminismError` if an earlier task's recorded decisions differ,
-    `BudgetExceeded` if `budget` runs out."""
+    `BudgetExceeded` if `budget` runs out. `continue_suggested`: the service
+    suggests that this task continue the run as new (`continuation.py`)."""
     interpreter = Interpreter(definition, workflow_id, run_id, min_timer=min_timer)
     interpreter.run.budget = budget
     answer: list[Decision] = []
     for batch in _batches(history, started_event_id):
         current = batch.started.event_id == started_event_id
-        commands = interpreter.advance(batch.events, batch.started, replaying=not current)
+        due = continue_suggested if current else continuation.recorded(history, batch.completed_id)
+        commands = interpreter.advance(
+            batch.events, batch.started, replaying=not current, continue_due=due
+        )
         if current:
             answer = commands
         elif batch.completed_id is not None:
@@ -176,7 +183,10 @@ def check_history(
         if batch.completed_id is not None and _over_budget(history, batch.completed_id):
             # The decider ran out of CPU time there: a replay cannot know it would.
             return
-        commands = interpreter.advance(batch.events, batch.started, replaying=True)
+        due = continuation.recorded(history, batch.completed_id)
+        commands = interpreter.advance(
+            batch.events, batch.started, replaying=True, continue_due=due
+        )
         if batch.completed_id is not None:
             _check(commands, history, batch.completed_id, min_timer)
 
@@ -244,11 +254,21 @@ class Interpreter:
         self.given: Any = None
         self.began = False
         self.workflow_lock: Future | None = None
+        self.continuation = Continuation(self.run, definition.continue_as_new_after)
+        self.run.continuation = self.continuation
+        self.carried: dict[str, Any] | None = None
+        """What the run this one continues carried over (None: a fresh start)."""
 
-    def advance(self, events: list[Event], started: Event, *, replaying: bool) -> list[Decision]:
+    def advance(
+        self, events: list[Event], started: Event, *, replaying: bool, continue_due: bool = False
+    ) -> list[Decision]:
+        """The decisions of one decision task; `continue_due`: it continues the
+        run as new at its first safe point (`continuation.py`)."""
         ops = self.ops
         ops.now = started.timestamp
         ops.replaying = replaying
+        self.continuation.suggested = continue_due
+        self.continuation.events = started.event_id
         self.run.starts = 0
         budget = self.run.budget
         for event in events:
@@ -269,12 +289,27 @@ class Interpreter:
         commands = ops.take_commands()
         if self.main is not None and self.main.done:
             commands.append(self._close_decision(self.main))
+        elif self.continuation.parked is not None:
+            commands.append(self.continuation.decision())
         return commands
 
     def _start(self, event: Event) -> None:
         if not self.ops.workflow_id:
             self.ops.workflow_id = str(event.get("workflow_id", ""))
         self.given = event.get("input")
+        self.continuation.started_at = event.timestamp
+        # (A replay of a closed continued run starts from that run's input too.)
+        continued = bool(event.get("continued_from_run_id") or event.get("replay_of_run_id"))
+        self.carried = continuation.carried(self.given) if continued else None
+        if self.carried is not None:
+            # Before any event of this run: the old run's signals are older.
+            held = [
+                str(lock.get("lock_name", ""))
+                for lock in event.get("carried_locks") or ()
+                if lock.get("held")
+            ]
+            self.ops.take_over(self.carried.get("signals") or {}, held)
+            self.given = self.carried.get("input")
         self.main = self.scheduler.spawn(self._main(self.given))
 
     def _replay(self, event: Event) -> None:
@@ -312,7 +347,12 @@ class Interpreter:
         )
         scope = StepScope(top, "workflow")
         first, self.began = not self.began, True
-        if first and definition.retention:
+        self.continuation.top = top
+        carried = self.carried if first else None
+        if carried is not None:
+            # (Its retention, too, came with it: the service carries that.)
+            start_at = continuation.restore(carried, self.continuation, top)
+        elif first and definition.retention:
             record_retention(self.run, definition.retention, scope)
         if definition.lock:
             # Held until the run closes (the service releases it with the close):
@@ -325,13 +365,20 @@ class Interpreter:
                 # Waited on through a stand-in: a replay abandons the wait, not the request.
                 await _follow(self.workflow_lock)
         start, resume = point.apply(top) if point is not None else (0, False)
+        if carried is not None and point is None:
+            start = start_at  # (an operator's replay goes where it says)
         if definition.timeout is None:
             return await self._steps(top, start, resume)
+        limit = definition.timeout
+        left = self.continuation.deadline
+        if carried is not None and left is not None:
+            limit = max(left - self.ops.now, timedelta(0))  # what the old run had left
+        self.continuation.deadline = self.ops.now + limit
         finished, result = await within(
             self.run,
             self._steps(top, start, resume),
             f"{prefix}workflow:timeout",
-            definition.timeout,
+            limit,
         )
         if not finished:
             # Brooklyn: a workflow timeout skips the workflow's on-error (which

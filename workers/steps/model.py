@@ -12,6 +12,8 @@ from dataclasses import dataclass, field
 from datetime import timedelta
 from typing import Any
 
+from workers.steps.continuation import ContinueAfter
+
 # Step types whose work is an activity task on a runner; every other step is
 # decided inside the decider from the history alone.
 EXTERNAL_TYPES = frozenset({"activity", "http", "shell"})
@@ -91,5 +93,7 @@ class Definition:
     retention: str | None = None
     decider_timeout: timedelta | None = None
     execution_timeout: timedelta | None = None
+    continue_as_new_after: ContinueAfter | None = None
+    """`continue-as-new-after`: when the run continues as new on its own."""
     source: str = ""  # the YAML text, snapshotted into WorkflowStarted
     path: str = ""

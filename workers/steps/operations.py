@@ -51,6 +51,9 @@ class RunOperations:
         """Locks the run holds, from its LockAcquired / LockReleased events."""
         self._children: dict[str, Future] = {}
         self._sends: dict[tuple[str, str], deque[Future]] = defaultdict(deque)
+        self._open_activities: set[str] = set()
+        """Scheduled and not yet ended by the service (a cancelled one stays until
+        its ActivityCanceled)."""
 
     # -- decisions ----------------------------------------------------------------------
 
@@ -78,6 +81,7 @@ class RunOperations:
             on_cancel=lambda: self.command("RequestCancelActivity", activity_id=activity_id)
         )
         self._activities[activity_id] = future
+        self._open_activities.add(activity_id)
         self.command(
             "ScheduleActivity",
             activity_id=activity_id,
@@ -201,6 +205,33 @@ class RunOperations:
     def marker(self, name: str, details: Any) -> None:
         self.command("RecordMarker", marker_name=name, details=details)
 
+    # -- continue-as-new (`continuation.py`) ----------------------------------------------
+
+    def outstanding(self, except_timers: set[str]) -> bool:
+        """Whether anything the run asked for is still under way: an activity, a
+        timer (but those named), a child, a lock request, a signal being sent or
+        waited for."""
+        return bool(
+            self._open_activities
+            or any(not f.done for t, f in self._timers.items() if t not in except_timers)
+            or any(not f.done for f in self._children.values())
+            or any(name not in self.held for name in self._lock_requests)
+            or any(self._lock_queue.values())
+            or any(f for q in self._sends.values() for f in q if not f.done)
+            or any(self._waiters.values())
+        )
+
+    def unclaimed_signals(self) -> dict[str, list[Any]]:
+        """Signals received that no wait took yet, by name, oldest first."""
+        return {name: list(queue) for name, queue in self._signals.items() if queue}
+
+    def take_over(self, signals: dict[str, list[Any]], held: list[str]) -> None:
+        """A continued run starts with what the run it continues had: its unclaimed
+        signals (ahead of any that arrive now) and its held locks."""
+        for name, inputs in signals.items():
+            self._signals[name].extend(inputs)
+        self.held.update(held)
+
     # -- events -------------------------------------------------------------------------
 
     def deliver(self, event: Event) -> None:
@@ -209,6 +240,7 @@ class RunOperations:
         if kind == "ActivityScheduled":
             self._by_scheduled[event.event_id] = str(event.get("activity_id", ""))
         elif kind == "ActivityScheduleFailed":
+            self._open_activities.discard(str(event.get("activity_id", "")))
             self._fail_activity(
                 str(event.get("activity_id", "")),
                 StepError(
@@ -219,6 +251,7 @@ class RunOperations:
             )
         elif kind in _ACTIVITY_OUTCOMES:
             activity_id = self._by_scheduled.get(int(event.get("scheduled_event_id", 0)), "")
+            self._open_activities.discard(activity_id)
             future = self._activities.get(activity_id)
             if future is None:
                 return

@@ -20,6 +20,7 @@ import copy
 from collections.abc import Sequence
 
 from sdk.events import Event
+from workers.steps import continuation
 from workers.steps.errors import Replay, StepError
 from workers.steps.interpreter import Interpreter, _batches
 from workers.steps.model import Definition
@@ -50,7 +51,8 @@ def resolve(
         raise ReplayRefused(f"workflow {definition.name!r} is `replayable: disabled`")
     interpreter = Interpreter(definition, workflow_id, run_id)
     for batch in _batches(history, -1):
-        interpreter.advance(batch.events, batch.started, replaying=True)
+        due = continuation.recorded(history, batch.completed_id)
+        interpreter.advance(batch.events, batch.started, replaying=True, continue_due=due)
     top = interpreter.top
     if top is None:
         raise ReplayRefused("the run has not started its steps yet: nothing to replay")

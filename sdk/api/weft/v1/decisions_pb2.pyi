@@ -3,9 +3,11 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
+from google.protobuf.internal import containers as _containers
 from google.protobuf.internal import enum_type_wrapper as _enum_type_wrapper
 from sdk.api.weft.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
@@ -320,6 +322,7 @@ class ContinueAsNewDecision(_message.Message):
     TASK_LIST_FIELD_NUMBER: _builtins.int
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     DECIDER_TIMEOUT_FIELD_NUMBER: _builtins.int
+    CARRIED_LOCKS_FIELD_NUMBER: _builtins.int
     task_list: _builtins.str
     @_builtins.property
     def input(self) -> _common_pb2.Payload: ...
@@ -331,6 +334,15 @@ class ContinueAsNewDecision(_message.Message):
     def execution_timeout(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def decider_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def carried_locks(self) -> _containers.RepeatedScalarFieldContainer[_builtins.str]:
+        """Locks of this run that the new run takes over as they stand: a held lock
+        stays held (no LockReleased, and no other run can take it in between), an
+        awaited one keeps its place in the queue. The run's other locks are
+        released by the close as usual. A name the run neither holds nor awaits
+        fails the decision (WorkflowCloseFailed, cause LOCK_NOT_HELD).
+        """
+
     def __init__(
         self,
         *,
@@ -339,10 +351,11 @@ class ContinueAsNewDecision(_message.Message):
         task_list: _builtins.str = ...,
         execution_timeout: _duration_pb2.Duration | None = ...,
         decider_timeout: _duration_pb2.Duration | None = ...,
+        carried_locks: _abc.Iterable[_builtins.str] | None = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["carried_locks", b"carried_locks", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

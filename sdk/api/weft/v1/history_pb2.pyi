@@ -3,10 +3,12 @@
 isort:skip_file
 """
 
+from collections import abc as _abc
 from google.protobuf import descriptor as _descriptor
 from google.protobuf import duration_pb2 as _duration_pb2
 from google.protobuf import message as _message
 from google.protobuf import timestamp_pb2 as _timestamp_pb2
+from google.protobuf.internal import containers as _containers
 from sdk.api.weft.v1 import common_pb2 as _common_pb2
 import builtins as _builtins
 import sys
@@ -264,6 +266,9 @@ class WorkflowStartedAttributes(_message.Message):
     PARENT_RUN_ID_FIELD_NUMBER: _builtins.int
     PARENT_STARTED_EVENT_ID_FIELD_NUMBER: _builtins.int
     REPLAY_OF_RUN_ID_FIELD_NUMBER: _builtins.int
+    CARRIED_LOCKS_FIELD_NUMBER: _builtins.int
+    RETENTION_FIELD_NUMBER: _builtins.int
+    RETENTION_HASH_FIELD_NUMBER: _builtins.int
     task_list: _builtins.str
     identity: _builtins.str
     continued_from_run_id: _builtins.str
@@ -280,6 +285,8 @@ class WorkflowStartedAttributes(_message.Message):
     """Set when this run replays a closed run of the same workflow id (the
     ReplayRequested that follows says how).
     """
+    retention: _builtins.str
+    retention_hash: _builtins.str
     @_builtins.property
     def workflow_type(self) -> _common_pb2.WorkflowType: ...
     @_builtins.property
@@ -288,6 +295,12 @@ class WorkflowStartedAttributes(_message.Message):
     def execution_timeout(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def decider_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def carried_locks(self) -> _containers.RepeatedCompositeFieldContainer[Global___CarriedLock]:
+        """Set when the run continues another: the locks it took over from that run
+        (ContinueAsNewDecision.carried_locks), and that run's retention policy.
+        """
+
     def __init__(
         self,
         *,
@@ -303,14 +316,50 @@ class WorkflowStartedAttributes(_message.Message):
         parent_run_id: _builtins.str = ...,
         parent_started_event_id: _builtins.int = ...,
         replay_of_run_id: _builtins.str = ...,
+        carried_locks: _abc.Iterable[Global___CarriedLock] | None = ...,
+        retention: _builtins.str = ...,
+        retention_hash: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "definition", b"definition", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "parent_run_id", b"parent_run_id", "parent_started_event_id", b"parent_started_event_id", "parent_workflow_id", b"parent_workflow_id", "replay_of_run_id", b"replay_of_run_id", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["carried_locks", b"carried_locks", "continued_from_run_id", b"continued_from_run_id", "decider_timeout", b"decider_timeout", "definition", b"definition", "execution_timeout", b"execution_timeout", "identity", b"identity", "input", b"input", "parent_run_id", b"parent_run_id", "parent_started_event_id", b"parent_started_event_id", "parent_workflow_id", b"parent_workflow_id", "replay_of_run_id", b"replay_of_run_id", "retention", b"retention", "retention_hash", b"retention_hash", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___WorkflowStartedAttributes: _TypeAlias = WorkflowStartedAttributes  # noqa: Y015
+
+@_typing.final
+class CarriedLock(_message.Message):
+    """A lock handed from a run that continued as new to its new run."""
+
+    DESCRIPTOR: _descriptor.Descriptor
+
+    LOCK_NAME_FIELD_NUMBER: _builtins.int
+    HELD_FIELD_NUMBER: _builtins.int
+    SINCE_FIELD_NUMBER: _builtins.int
+    lock_name: _builtins.str
+    held: _builtins.bool
+    """Held (else still awaited, at its place in the queue)."""
+    @_builtins.property
+    def since(self) -> _timestamp_pb2.Timestamp:
+        """When the lock was acquired (held) or requested (awaited) in the first run
+        of the chain that has it.
+        """
+
+    def __init__(
+        self,
+        *,
+        lock_name: _builtins.str = ...,
+        held: _builtins.bool = ...,
+        since: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["since", b"since"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["held", b"held", "lock_name", b"lock_name", "since", b"since"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CarriedLock: _TypeAlias = CarriedLock  # noqa: Y015
 
 @_typing.final
 class WorkflowSuccessAttributes(_message.Message):
@@ -462,9 +511,14 @@ class WorkflowContinuedAsNewAttributes(_message.Message):
     EXECUTION_TIMEOUT_FIELD_NUMBER: _builtins.int
     DECIDER_TIMEOUT_FIELD_NUMBER: _builtins.int
     DECIDER_COMPLETED_EVENT_ID_FIELD_NUMBER: _builtins.int
+    CARRIED_LOCKS_FIELD_NUMBER: _builtins.int
+    RETENTION_FIELD_NUMBER: _builtins.int
+    RETENTION_HASH_FIELD_NUMBER: _builtins.int
     new_run_id: _builtins.str
     task_list: _builtins.str
     decider_completed_event_id: _builtins.int
+    retention: _builtins.str
+    retention_hash: _builtins.str
     @_builtins.property
     def workflow_type(self) -> _common_pb2.WorkflowType: ...
     @_builtins.property
@@ -473,6 +527,10 @@ class WorkflowContinuedAsNewAttributes(_message.Message):
     def execution_timeout(self) -> _duration_pb2.Duration: ...
     @_builtins.property
     def decider_timeout(self) -> _duration_pb2.Duration: ...
+    @_builtins.property
+    def carried_locks(self) -> _containers.RepeatedCompositeFieldContainer[Global___CarriedLock]:
+        """What the new run takes over (as in its WorkflowStarted)."""
+
     def __init__(
         self,
         *,
@@ -483,10 +541,13 @@ class WorkflowContinuedAsNewAttributes(_message.Message):
         execution_timeout: _duration_pb2.Duration | None = ...,
         decider_timeout: _duration_pb2.Duration | None = ...,
         decider_completed_event_id: _builtins.int = ...,
+        carried_locks: _abc.Iterable[Global___CarriedLock] | None = ...,
+        retention: _builtins.str = ...,
+        retention_hash: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "workflow_type", b"workflow_type"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["decider_completed_event_id", b"decider_completed_event_id", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "new_run_id", b"new_run_id", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["carried_locks", b"carried_locks", "decider_completed_event_id", b"decider_completed_event_id", "decider_timeout", b"decider_timeout", "execution_timeout", b"execution_timeout", "input", b"input", "new_run_id", b"new_run_id", "retention", b"retention", "retention_hash", b"retention_hash", "task_list", b"task_list", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
