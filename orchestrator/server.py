@@ -23,6 +23,7 @@ from orchestrator.dispatch.pollers import FLUSH_EVERY as POLLERS_FLUSH_EVERY
 from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
+from orchestrator.schedules.runner import ScheduleRunner
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
 from orchestrator.timers.scanner import DeadlineScanner
@@ -104,6 +105,8 @@ class Server:
         self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
+        admin.runner = ScheduleRunner(store, self._service.start, self._leads)
+        self._tasks.append(asyncio.create_task(admin.runner.run(), name="schedules"))
         if self.config.purge_interval > 0:
             self._tasks.append(asyncio.create_task(self._purge_loop(), name="retention-purge"))
         if store.is_pg:
@@ -179,6 +182,10 @@ class Server:
         while True:
             await asyncio.sleep(TLS_WATCH_EVERY)
             await asyncio.to_thread(self.tls.check)
+
+    def _leads(self) -> bool:
+        """Whether this node does the upkeep that must not run twice (schedules)."""
+        return True  # replaced by the node lease
 
     async def _purge_loop(self) -> None:
         """Delete closed runs their retention no longer keeps, every purge interval.

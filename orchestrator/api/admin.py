@@ -1,5 +1,6 @@
 """weft.v1.AdminService: what operators do to the service rather than to one
-workflow: locks (list, force-release), namespaces and the retention purge."""
+workflow: locks (list, force-release), namespaces and the retention purge;
+credentials and schedules in their own modules."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from . import validate
 from .common import Ctx, optional_payload, timestamp
 from .credentials import CredentialsAdmin
 from .errors import grpc_errors
+from .schedules import SchedulesAdmin
 
 log = structlog.get_logger("weft.api")
 
@@ -35,7 +37,7 @@ def _holder(entry: LockEntry) -> a.LockHolder:
     )
 
 
-class AdminService(CredentialsAdmin, ag.AdminServiceServicer):
+class AdminService(CredentialsAdmin, SchedulesAdmin, ag.AdminServiceServicer):
     @grpc_errors
     async def ListLocks(self, req: a.ListLocksRequest, ctx: Ctx) -> a.ListLocksResponse:
         ns = validate.namespace(req.namespace)

@@ -49,6 +49,16 @@ CALLERS: dict[str, frozenset[str]] = {
     "AddPrincipal": frozenset(),
     "ListCredentials": frozenset(),
     "RevokeCredential": frozenset(),
+    # schedules: changing one is admin's (it starts runs of any type); reading is not
+    "CreateSchedule": frozenset(),
+    "DescribeSchedule": frozenset({READER, STARTER}),
+    "ListSchedules": frozenset({READER, STARTER}),
+    "UpdateSchedule": frozenset(),
+    "PauseSchedule": frozenset(),
+    "UnpauseSchedule": frozenset(),
+    "TriggerSchedule": frozenset(),
+    "BackfillSchedule": frozenset(),
+    "DeleteSchedule": frozenset(),
 }
 
 # Calls that act on every namespace at once: only an admin of "*" may make them.
@@ -65,6 +75,13 @@ AUDITED = frozenset(
         "CreateApiKey",
         "AddPrincipal",
         "RevokeCredential",
+        "CreateSchedule",
+        "UpdateSchedule",
+        "PauseSchedule",
+        "UnpauseSchedule",
+        "TriggerSchedule",
+        "BackfillSchedule",
+        "DeleteSchedule",
     }
 )
 

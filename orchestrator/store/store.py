@@ -41,6 +41,7 @@ from .credentials import Credentials
 from .locked import LockedWrites
 from .pg_writer import PgWriter
 from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
+from .schedules import Schedules
 from .sqlite_writer import SqliteWriter
 from .writes import Before, Candidate, Conflict, multi_run, plan
 
@@ -81,6 +82,7 @@ _LOST = _Lost()
 class Store(LockedWrites):
     _hot: PgWriter | SqliteWriter
     credentials: Credentials
+    schedules: Schedules
 
     @classmethod
     async def open(
@@ -94,6 +96,7 @@ class Store(LockedWrites):
         store = cls(dialect.create_engine(url), on_commit)
         store._offer = offer
         store.credentials = Credentials(store)
+        store.schedules = Schedules(store)
         if store.is_pg:
             store._hot = PgWriter(dialect.libpq_url(url), store.stats)
         else:

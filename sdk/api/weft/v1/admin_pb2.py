@@ -25,63 +25,64 @@ _sym_db = _symbol_database.Default()
 from google.protobuf import duration_pb2 as google_dot_protobuf_dot_duration__pb2
 from google.protobuf import timestamp_pb2 as google_dot_protobuf_dot_timestamp__pb2
 from sdk.api.weft.v1 import common_pb2 as weft_dot_v1_dot_common__pb2
+from sdk.api.weft.v1 import schedules_pb2 as weft_dot_v1_dot_schedules__pb2
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13weft/v1/admin.proto\x12\x07weft.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14weft/v1/common.proto\"x\n\nLockHolder\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x1a\n\x12requested_event_id\x18\x03 \x01(\x03\x12)\n\x05since\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x08LockInfo\x12\x11\n\tlock_name\x18\x01 \x01(\t\x12#\n\x06holder\x18\x02 \x01(\x0b\x32\x13.weft.v1.LockHolder\x12$\n\x07waiters\x18\x03 \x03(\x0b\x32\x13.weft.v1.LockHolder\"8\n\x10ListLocksRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tlock_name\x18\x02 \x01(\t\"5\n\x11ListLocksResponse\x12 \n\x05locks\x18\x01 \x03(\x0b\x32\x11.weft.v1.LockInfo\"a\n\x17\x46orceReleaseLockRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tlock_name\x18\x02 \x01(\t\x12\x10\n\x08identity\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x86\x01\n\x18\x46orceReleaseLockResponse\x12\x1c\n\x14released_workflow_id\x18\x01 \x01(\t\x12\x17\n\x0freleased_run_id\x18\x02 \x01(\t\x12\x1b\n\x13granted_workflow_id\x18\x03 \x01(\t\x12\x16\n\x0egranted_run_id\x18\x04 \x01(\t\"P\n\x18RegisterNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tretention\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\x1b\n\x19RegisterNamespaceResponse\"(\n\x18\x44\x65scribeNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"e\n\x19\x44\x65scribeNamespaceResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tretention\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x12\n\nregistered\x18\x04 \x01(\x08\"\xc7\x01\n\x15ReplayWorkflowRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12-\n\texecution\x18\x02 \x01(\x0b\x32\x1a.weft.v1.WorkflowExecution\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\t\x12\r\n\x05\x66orce\x18\x05 \x01(\x08\x12\x10\n\x08identity\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x1f\n\x05point\x18\x08 \x01(\x0b\x32\x10.weft.v1.Payload\"9\n\x16ReplayWorkflowResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07new_run\x18\x02 \x01(\x08\"\x18\n\x16PurgeClosedRunsRequest\"6\n\x17PurgeClosedRunsResponse\x12\x0e\n\x06purged\x18\x01 \x01(\x03\x12\x0b\n\x03ran\x18\x02 \x01(\x08\"j\n\x05Grant\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\ntask_lists\x18\x03 \x03(\t\x12\x16\n\x0eworkflow_types\x18\x04 \x03(\t\x12\x14\n\x0csignal_names\x18\x05 \x03(\t\"t\n\x13\x43reateApiKeyRequest\x12\x1d\n\x05grant\x18\x01 \x01(\x0b\x32\x0e.weft.v1.Grant\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x30\n\rexpires_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"/\n\x14\x43reateApiKeyResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"\x85\x01\n\x13\x41\x64\x64PrincipalRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x1d\n\x05grant\x18\x02 \x01(\x0b\x32\x0e.weft.v1.Grant\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x30\n\rexpires_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\"\n\x14\x41\x64\x64PrincipalResponse\x12\n\n\x02id\x18\x01 \x01(\t\"D\n\x16ListCredentialsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x17\n\x0finclude_revoked\x18\x02 \x01(\x08\"\x88\x02\n\nCredential\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x1d\n\x05grant\x18\x05 \x01(\x0b\x32\x0e.weft.v1.Grant\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x07 \x01(\t\x12.\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x17ListCredentialsResponse\x12(\n\x0b\x63redentials\x18\x01 \x03(\x0b\x32\x13.weft.v1.Credential\"%\n\x17RevokeCredentialRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x1a\n\x18RevokeCredentialResponse2\xd5\x06\n\x0c\x41\x64minService\x12\x42\n\tListLocks\x12\x19.weft.v1.ListLocksRequest\x1a\x1a.weft.v1.ListLocksResponse\x12W\n\x10\x46orceReleaseLock\x12 .weft.v1.ForceReleaseLockRequest\x1a!.weft.v1.ForceReleaseLockResponse\x12Z\n\x11RegisterNamespace\x12!.weft.v1.RegisterNamespaceRequest\x1a\".weft.v1.RegisterNamespaceResponse\x12Z\n\x11\x44\x65scribeNamespace\x12!.weft.v1.DescribeNamespaceRequest\x1a\".weft.v1.DescribeNamespaceResponse\x12Q\n\x0eReplayWorkflow\x12\x1e.weft.v1.ReplayWorkflowRequest\x1a\x1f.weft.v1.ReplayWorkflowResponse\x12T\n\x0fPurgeClosedRuns\x12\x1f.weft.v1.PurgeClosedRunsRequest\x1a .weft.v1.PurgeClosedRunsResponse\x12K\n\x0c\x43reateApiKey\x12\x1c.weft.v1.CreateApiKeyRequest\x1a\x1d.weft.v1.CreateApiKeyResponse\x12K\n\x0c\x41\x64\x64Principal\x12\x1c.weft.v1.AddPrincipalRequest\x1a\x1d.weft.v1.AddPrincipalResponse\x12T\n\x0fListCredentials\x12\x1f.weft.v1.ListCredentialsRequest\x1a .weft.v1.ListCredentialsResponse\x12W\n\x10RevokeCredential\x12 .weft.v1.RevokeCredentialRequest\x1a!.weft.v1.RevokeCredentialResponseb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13weft/v1/admin.proto\x12\x07weft.v1\x1a\x1egoogle/protobuf/duration.proto\x1a\x1fgoogle/protobuf/timestamp.proto\x1a\x14weft/v1/common.proto\x1a\x17weft/v1/schedules.proto\"x\n\nLockHolder\x12\x13\n\x0bworkflow_id\x18\x01 \x01(\t\x12\x0e\n\x06run_id\x18\x02 \x01(\t\x12\x1a\n\x12requested_event_id\x18\x03 \x01(\x03\x12)\n\x05since\x18\x04 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"h\n\x08LockInfo\x12\x11\n\tlock_name\x18\x01 \x01(\t\x12#\n\x06holder\x18\x02 \x01(\x0b\x32\x13.weft.v1.LockHolder\x12$\n\x07waiters\x18\x03 \x03(\x0b\x32\x13.weft.v1.LockHolder\"8\n\x10ListLocksRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tlock_name\x18\x02 \x01(\t\"5\n\x11ListLocksResponse\x12 \n\x05locks\x18\x01 \x03(\x0b\x32\x11.weft.v1.LockInfo\"a\n\x17\x46orceReleaseLockRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x11\n\tlock_name\x18\x02 \x01(\t\x12\x10\n\x08identity\x18\x03 \x01(\t\x12\x0e\n\x06reason\x18\x04 \x01(\t\"\x86\x01\n\x18\x46orceReleaseLockResponse\x12\x1c\n\x14released_workflow_id\x18\x01 \x01(\t\x12\x17\n\x0freleased_run_id\x18\x02 \x01(\t\x12\x1b\n\x13granted_workflow_id\x18\x03 \x01(\t\x12\x16\n\x0egranted_run_id\x18\x04 \x01(\t\"P\n\x18RegisterNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tretention\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\"\x1b\n\x19RegisterNamespaceResponse\"(\n\x18\x44\x65scribeNamespaceRequest\x12\x0c\n\x04name\x18\x01 \x01(\t\"e\n\x19\x44\x65scribeNamespaceResponse\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x11\n\tretention\x18\x02 \x01(\t\x12\x13\n\x0b\x64\x65scription\x18\x03 \x01(\t\x12\x12\n\nregistered\x18\x04 \x01(\x08\"\xc7\x01\n\x15ReplayWorkflowRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12-\n\texecution\x18\x02 \x01(\x0b\x32\x1a.weft.v1.WorkflowExecution\x12\x0c\n\x04mode\x18\x03 \x01(\t\x12\x0c\n\x04step\x18\x04 \x01(\t\x12\r\n\x05\x66orce\x18\x05 \x01(\x08\x12\x10\n\x08identity\x18\x06 \x01(\t\x12\x0e\n\x06reason\x18\x07 \x01(\t\x12\x1f\n\x05point\x18\x08 \x01(\x0b\x32\x10.weft.v1.Payload\"9\n\x16ReplayWorkflowResponse\x12\x0e\n\x06run_id\x18\x01 \x01(\t\x12\x0f\n\x07new_run\x18\x02 \x01(\x08\"\x18\n\x16PurgeClosedRunsRequest\"6\n\x17PurgeClosedRunsResponse\x12\x0e\n\x06purged\x18\x01 \x01(\x03\x12\x0b\n\x03ran\x18\x02 \x01(\x08\"j\n\x05Grant\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x0c\n\x04role\x18\x02 \x01(\t\x12\x12\n\ntask_lists\x18\x03 \x03(\t\x12\x16\n\x0eworkflow_types\x18\x04 \x03(\t\x12\x14\n\x0csignal_names\x18\x05 \x03(\t\"t\n\x13\x43reateApiKeyRequest\x12\x1d\n\x05grant\x18\x01 \x01(\x0b\x32\x0e.weft.v1.Grant\x12\x0c\n\x04name\x18\x02 \x01(\t\x12\x30\n\rexpires_after\x18\x03 \x01(\x0b\x32\x19.google.protobuf.Duration\"/\n\x14\x43reateApiKeyResponse\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0b\n\x03key\x18\x02 \x01(\t\"\x85\x01\n\x13\x41\x64\x64PrincipalRequest\x12\x0f\n\x07subject\x18\x01 \x01(\t\x12\x1d\n\x05grant\x18\x02 \x01(\x0b\x32\x0e.weft.v1.Grant\x12\x0c\n\x04name\x18\x03 \x01(\t\x12\x30\n\rexpires_after\x18\x04 \x01(\x0b\x32\x19.google.protobuf.Duration\"\"\n\x14\x41\x64\x64PrincipalResponse\x12\n\n\x02id\x18\x01 \x01(\t\"D\n\x16ListCredentialsRequest\x12\x11\n\tnamespace\x18\x01 \x01(\t\x12\x17\n\x0finclude_revoked\x18\x02 \x01(\x08\"\x88\x02\n\nCredential\x12\n\n\x02id\x18\x01 \x01(\t\x12\x0c\n\x04kind\x18\x02 \x01(\t\x12\x0f\n\x07subject\x18\x03 \x01(\t\x12\x0c\n\x04name\x18\x04 \x01(\t\x12\x1d\n\x05grant\x18\x05 \x01(\x0b\x32\x0e.weft.v1.Grant\x12.\n\ncreated_at\x18\x06 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12\x12\n\ncreated_by\x18\x07 \x01(\t\x12.\n\nexpires_at\x18\x08 \x01(\x0b\x32\x1a.google.protobuf.Timestamp\x12.\n\nrevoked_at\x18\t \x01(\x0b\x32\x1a.google.protobuf.Timestamp\"C\n\x17ListCredentialsResponse\x12(\n\x0b\x63redentials\x18\x01 \x03(\x0b\x32\x13.weft.v1.Credential\"%\n\x17RevokeCredentialRequest\x12\n\n\x02id\x18\x01 \x01(\t\"\x1a\n\x18RevokeCredentialResponse2\xcc\x0c\n\x0c\x41\x64minService\x12\x42\n\tListLocks\x12\x19.weft.v1.ListLocksRequest\x1a\x1a.weft.v1.ListLocksResponse\x12W\n\x10\x46orceReleaseLock\x12 .weft.v1.ForceReleaseLockRequest\x1a!.weft.v1.ForceReleaseLockResponse\x12Z\n\x11RegisterNamespace\x12!.weft.v1.RegisterNamespaceRequest\x1a\".weft.v1.RegisterNamespaceResponse\x12Z\n\x11\x44\x65scribeNamespace\x12!.weft.v1.DescribeNamespaceRequest\x1a\".weft.v1.DescribeNamespaceResponse\x12Q\n\x0eReplayWorkflow\x12\x1e.weft.v1.ReplayWorkflowRequest\x1a\x1f.weft.v1.ReplayWorkflowResponse\x12T\n\x0fPurgeClosedRuns\x12\x1f.weft.v1.PurgeClosedRunsRequest\x1a .weft.v1.PurgeClosedRunsResponse\x12K\n\x0c\x43reateApiKey\x12\x1c.weft.v1.CreateApiKeyRequest\x1a\x1d.weft.v1.CreateApiKeyResponse\x12K\n\x0c\x41\x64\x64Principal\x12\x1c.weft.v1.AddPrincipalRequest\x1a\x1d.weft.v1.AddPrincipalResponse\x12T\n\x0fListCredentials\x12\x1f.weft.v1.ListCredentialsRequest\x1a .weft.v1.ListCredentialsResponse\x12W\n\x10RevokeCredential\x12 .weft.v1.RevokeCredentialRequest\x1a!.weft.v1.RevokeCredentialResponse\x12Q\n\x0e\x43reateSchedule\x12\x1e.weft.v1.CreateScheduleRequest\x1a\x1f.weft.v1.CreateScheduleResponse\x12W\n\x10\x44\x65scribeSchedule\x12 .weft.v1.DescribeScheduleRequest\x1a!.weft.v1.DescribeScheduleResponse\x12N\n\rListSchedules\x12\x1d.weft.v1.ListSchedulesRequest\x1a\x1e.weft.v1.ListSchedulesResponse\x12Q\n\x0eUpdateSchedule\x12\x1e.weft.v1.UpdateScheduleRequest\x1a\x1f.weft.v1.UpdateScheduleResponse\x12N\n\rPauseSchedule\x12\x1d.weft.v1.PauseScheduleRequest\x1a\x1e.weft.v1.PauseScheduleResponse\x12T\n\x0fUnpauseSchedule\x12\x1f.weft.v1.UnpauseScheduleRequest\x1a .weft.v1.UnpauseScheduleResponse\x12T\n\x0fTriggerSchedule\x12\x1f.weft.v1.TriggerScheduleRequest\x1a .weft.v1.TriggerScheduleResponse\x12W\n\x10\x42\x61\x63kfillSchedule\x12 .weft.v1.BackfillScheduleRequest\x1a!.weft.v1.BackfillScheduleResponse\x12Q\n\x0e\x44\x65leteSchedule\x12\x1e.weft.v1.DeleteScheduleRequest\x1a\x1f.weft.v1.DeleteScheduleResponseb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'weft.v1.admin_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_LOCKHOLDER']._serialized_start=119
-  _globals['_LOCKHOLDER']._serialized_end=239
-  _globals['_LOCKINFO']._serialized_start=241
-  _globals['_LOCKINFO']._serialized_end=345
-  _globals['_LISTLOCKSREQUEST']._serialized_start=347
-  _globals['_LISTLOCKSREQUEST']._serialized_end=403
-  _globals['_LISTLOCKSRESPONSE']._serialized_start=405
-  _globals['_LISTLOCKSRESPONSE']._serialized_end=458
-  _globals['_FORCERELEASELOCKREQUEST']._serialized_start=460
-  _globals['_FORCERELEASELOCKREQUEST']._serialized_end=557
-  _globals['_FORCERELEASELOCKRESPONSE']._serialized_start=560
-  _globals['_FORCERELEASELOCKRESPONSE']._serialized_end=694
-  _globals['_REGISTERNAMESPACEREQUEST']._serialized_start=696
-  _globals['_REGISTERNAMESPACEREQUEST']._serialized_end=776
-  _globals['_REGISTERNAMESPACERESPONSE']._serialized_start=778
-  _globals['_REGISTERNAMESPACERESPONSE']._serialized_end=805
-  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_start=807
-  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_end=847
-  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_start=849
-  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_end=950
-  _globals['_REPLAYWORKFLOWREQUEST']._serialized_start=953
-  _globals['_REPLAYWORKFLOWREQUEST']._serialized_end=1152
-  _globals['_REPLAYWORKFLOWRESPONSE']._serialized_start=1154
-  _globals['_REPLAYWORKFLOWRESPONSE']._serialized_end=1211
-  _globals['_PURGECLOSEDRUNSREQUEST']._serialized_start=1213
-  _globals['_PURGECLOSEDRUNSREQUEST']._serialized_end=1237
-  _globals['_PURGECLOSEDRUNSRESPONSE']._serialized_start=1239
-  _globals['_PURGECLOSEDRUNSRESPONSE']._serialized_end=1293
-  _globals['_GRANT']._serialized_start=1295
-  _globals['_GRANT']._serialized_end=1401
-  _globals['_CREATEAPIKEYREQUEST']._serialized_start=1403
-  _globals['_CREATEAPIKEYREQUEST']._serialized_end=1519
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=1521
-  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=1568
-  _globals['_ADDPRINCIPALREQUEST']._serialized_start=1571
-  _globals['_ADDPRINCIPALREQUEST']._serialized_end=1704
-  _globals['_ADDPRINCIPALRESPONSE']._serialized_start=1706
-  _globals['_ADDPRINCIPALRESPONSE']._serialized_end=1740
-  _globals['_LISTCREDENTIALSREQUEST']._serialized_start=1742
-  _globals['_LISTCREDENTIALSREQUEST']._serialized_end=1810
-  _globals['_CREDENTIAL']._serialized_start=1813
-  _globals['_CREDENTIAL']._serialized_end=2077
-  _globals['_LISTCREDENTIALSRESPONSE']._serialized_start=2079
-  _globals['_LISTCREDENTIALSRESPONSE']._serialized_end=2146
-  _globals['_REVOKECREDENTIALREQUEST']._serialized_start=2148
-  _globals['_REVOKECREDENTIALREQUEST']._serialized_end=2185
-  _globals['_REVOKECREDENTIALRESPONSE']._serialized_start=2187
-  _globals['_REVOKECREDENTIALRESPONSE']._serialized_end=2213
-  _globals['_ADMINSERVICE']._serialized_start=2216
-  _globals['_ADMINSERVICE']._serialized_end=3069
+  _globals['_LOCKHOLDER']._serialized_start=144
+  _globals['_LOCKHOLDER']._serialized_end=264
+  _globals['_LOCKINFO']._serialized_start=266
+  _globals['_LOCKINFO']._serialized_end=370
+  _globals['_LISTLOCKSREQUEST']._serialized_start=372
+  _globals['_LISTLOCKSREQUEST']._serialized_end=428
+  _globals['_LISTLOCKSRESPONSE']._serialized_start=430
+  _globals['_LISTLOCKSRESPONSE']._serialized_end=483
+  _globals['_FORCERELEASELOCKREQUEST']._serialized_start=485
+  _globals['_FORCERELEASELOCKREQUEST']._serialized_end=582
+  _globals['_FORCERELEASELOCKRESPONSE']._serialized_start=585
+  _globals['_FORCERELEASELOCKRESPONSE']._serialized_end=719
+  _globals['_REGISTERNAMESPACEREQUEST']._serialized_start=721
+  _globals['_REGISTERNAMESPACEREQUEST']._serialized_end=801
+  _globals['_REGISTERNAMESPACERESPONSE']._serialized_start=803
+  _globals['_REGISTERNAMESPACERESPONSE']._serialized_end=830
+  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_start=832
+  _globals['_DESCRIBENAMESPACEREQUEST']._serialized_end=872
+  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_start=874
+  _globals['_DESCRIBENAMESPACERESPONSE']._serialized_end=975
+  _globals['_REPLAYWORKFLOWREQUEST']._serialized_start=978
+  _globals['_REPLAYWORKFLOWREQUEST']._serialized_end=1177
+  _globals['_REPLAYWORKFLOWRESPONSE']._serialized_start=1179
+  _globals['_REPLAYWORKFLOWRESPONSE']._serialized_end=1236
+  _globals['_PURGECLOSEDRUNSREQUEST']._serialized_start=1238
+  _globals['_PURGECLOSEDRUNSREQUEST']._serialized_end=1262
+  _globals['_PURGECLOSEDRUNSRESPONSE']._serialized_start=1264
+  _globals['_PURGECLOSEDRUNSRESPONSE']._serialized_end=1318
+  _globals['_GRANT']._serialized_start=1320
+  _globals['_GRANT']._serialized_end=1426
+  _globals['_CREATEAPIKEYREQUEST']._serialized_start=1428
+  _globals['_CREATEAPIKEYREQUEST']._serialized_end=1544
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_start=1546
+  _globals['_CREATEAPIKEYRESPONSE']._serialized_end=1593
+  _globals['_ADDPRINCIPALREQUEST']._serialized_start=1596
+  _globals['_ADDPRINCIPALREQUEST']._serialized_end=1729
+  _globals['_ADDPRINCIPALRESPONSE']._serialized_start=1731
+  _globals['_ADDPRINCIPALRESPONSE']._serialized_end=1765
+  _globals['_LISTCREDENTIALSREQUEST']._serialized_start=1767
+  _globals['_LISTCREDENTIALSREQUEST']._serialized_end=1835
+  _globals['_CREDENTIAL']._serialized_start=1838
+  _globals['_CREDENTIAL']._serialized_end=2102
+  _globals['_LISTCREDENTIALSRESPONSE']._serialized_start=2104
+  _globals['_LISTCREDENTIALSRESPONSE']._serialized_end=2171
+  _globals['_REVOKECREDENTIALREQUEST']._serialized_start=2173
+  _globals['_REVOKECREDENTIALREQUEST']._serialized_end=2210
+  _globals['_REVOKECREDENTIALRESPONSE']._serialized_start=2212
+  _globals['_REVOKECREDENTIALRESPONSE']._serialized_end=2238
+  _globals['_ADMINSERVICE']._serialized_start=2241
+  _globals['_ADMINSERVICE']._serialized_end=3853
 # @@protoc_insertion_point(module_scope)
