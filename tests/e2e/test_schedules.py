@@ -5,7 +5,9 @@ with a clear status and nothing written."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+import itertools
+import re
+from collections.abc import AsyncIterator, Callable
 from datetime import UTC, datetime, timedelta
 
 import grpc
@@ -22,6 +24,7 @@ from tests.helpers import dur, payload, unique, wait_until
 
 OPEN = c.WORKFLOW_STATUS_OPEN
 INVALID = grpc.StatusCode.INVALID_ARGUMENT
+Stubs = tuple[ag.AdminServiceStub, sg.WorkflowServiceStub]
 
 
 @pytest.fixture
@@ -56,7 +59,7 @@ async def terminate(stub: sg.WorkflowServiceStub, workflow_id: str) -> None:
     )
 
 
-async def test_allow_starts_every_slot_while_others_run(stubs: tuple) -> None:  # type: ignore[type-arg]
+async def test_allow_starts_every_slot_while_others_run(stubs: Stubs) -> None:
     admin, stub = stubs
     name = unique("allow")
     await admin.CreateSchedule(every(name, overlap="allow"))
@@ -80,10 +83,10 @@ async def test_allow_starts_every_slot_while_others_run(stubs: tuple) -> None:  
     assert started.input == payload({"from": name})
     # Slots one second apart, newest first.
     slots = [r.slot.ToDatetime(UTC) for r in d.recent_runs]
-    assert all(a - b == timedelta(seconds=1) for a, b in zip(slots, slots[1:], strict=False))
+    assert all(a - b == timedelta(seconds=1) for a, b in itertools.pairwise(slots))
 
 
-async def test_skip_starts_nothing_while_its_run_is_open(stubs: tuple) -> None:  # type: ignore[type-arg]
+async def test_skip_starts_nothing_while_its_run_is_open(stubs: Stubs) -> None:
     admin, stub = stubs
     name = unique("skip")
     await admin.CreateSchedule(every(name))  # skip is the default
@@ -96,7 +99,7 @@ async def test_skip_starts_nothing_while_its_run_is_open(stubs: tuple) -> None: 
     assert d.recent_runs[0].status == OPEN
 
 
-async def test_buffer_one_starts_the_kept_slot_when_the_run_closes(stubs: tuple) -> None:  # type: ignore[type-arg]
+async def test_buffer_one_starts_the_kept_slot_when_the_run_closes(stubs: Stubs) -> None:
     admin, stub = stubs
     name = unique("buffer")
     await admin.CreateSchedule(every(name, overlap="buffer-one"))
@@ -115,7 +118,7 @@ async def test_buffer_one_starts_the_kept_slot_when_the_run_closes(stubs: tuple)
 
 
 async def test_cancel_previous_asks_it_to_cancel_and_starts_after_it_closes(
-    stubs: tuple,  # type: ignore[type-arg]
+    stubs: Stubs,
 ) -> None:
     admin, stub = stubs
     name = unique("cancel")
@@ -134,7 +137,7 @@ async def test_cancel_previous_asks_it_to_cancel_and_starts_after_it_closes(
     assert d.recent_runs[0].workflow_id != first
 
 
-async def test_terminate_previous_terminates_and_starts_at_once(stubs: tuple) -> None:  # type: ignore[type-arg]
+async def test_terminate_previous_terminates_and_starts_at_once(stubs: Stubs) -> None:
     admin, _ = stubs
     name = unique("terminate")
     await admin.CreateSchedule(every(name, overlap="terminate-previous"))
@@ -145,7 +148,7 @@ async def test_terminate_previous_terminates_and_starts_at_once(stubs: tuple) ->
     assert d.skipped == 0
 
 
-async def test_pause_trigger_backfill_and_describe(stubs: tuple) -> None:  # type: ignore[type-arg]
+async def test_pause_trigger_backfill_and_describe(stubs: Stubs) -> None:
     admin, stub = stubs
     name = unique("manual")
     await admin.CreateSchedule(
@@ -235,7 +238,7 @@ async def test_pause_trigger_backfill_and_describe(stubs: tuple) -> None:  # typ
     ],
 )
 async def test_bad_schedules_are_invalid_argument(
-    stubs: tuple,  # type: ignore[type-arg]
+    stubs: Stubs,
     fields: dict[str, object],
     message: str,
 ) -> None:
@@ -248,12 +251,12 @@ async def test_bad_schedules_are_invalid_argument(
             )
         )
     assert err.value.code() == INVALID
-    assert err.value.details() and __import__("re").search(message, err.value.details())
+    assert err.value.details() and re.search(message, err.value.details())
     listed = await admin.ListSchedules(sc.ListSchedulesRequest())
     assert name not in [x.schedule.name for x in listed.schedules]
 
 
-async def test_other_bad_calls(stubs: tuple) -> None:  # type: ignore[type-arg]
+async def test_other_bad_calls(stubs: Stubs) -> None:
     admin, _ = stubs
     name = unique("dup")
     start, end = Timestamp(), Timestamp()
@@ -329,7 +332,7 @@ async def test_other_bad_calls(stubs: tuple) -> None:  # type: ignore[type-arg]
 
 
 async def _with(
-    admin: ag.AdminServiceStub, name: str, check: object
+    admin: ag.AdminServiceStub, name: str, check: Callable[[sc.ScheduleDescription], bool]
 ) -> sc.ScheduleDescription | None:
     d = await describe(admin, name)
-    return d if check(d) else None  # type: ignore[operator]
+    return d if check(d) else None
