@@ -39,6 +39,7 @@ from sdk.errors import (
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
+from sdk.schedules import ScheduleCalls
 from sdk.tls import TlsConfig, diagnose, looks_like_tls, tls_config
 from sdk.workflows import (
     ForcedRelease,
@@ -82,7 +83,7 @@ def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class AsyncClient(CredentialCalls):
+class AsyncClient(CredentialCalls, ScheduleCalls):
     """A connection to a Weft server, for one namespace.
 
     Create it anywhere; the gRPC channel opens on first use, inside the running

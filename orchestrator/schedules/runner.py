@@ -231,9 +231,13 @@ class ScheduleRunner:
             return replace(row, skipped=row.skipped + 1), None
         if started:
             log.info("schedule.started", namespace=row.namespace, workflow_id=wid, run_id=run_id)
+        # Counted once: by the pass that started it, or by the first pass whose
+        # row does not know it yet (the starter crashed, or lost the row's
+        # compare-and-set to this one).
+        known = any(r.workflow_id == wid for r in row.recent)
         run = RecentRun(slot=slot, workflow_id=wid, run_id=run_id, started_at=self._clock())
         row = row.with_recent(run)
-        return replace(row, started=row.started + (1 if started else 0)), run
+        return replace(row, started=row.started + (0 if known else 1)), run
 
     async def _stop(self, row: ScheduleRow, running: list[RecentRun], *, terminate: bool) -> None:
         reason = f"schedule {row.name}: a new run replaces it ({row.overlap})"

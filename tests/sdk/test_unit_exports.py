@@ -45,6 +45,8 @@ EXPECTED_ALL = [
     "ResourceExhaustedError",
     "RetryPolicy",
     "RunLock",
+    "ScheduleDescription",
+    "ScheduleRun",
     "Signal",
     "TimerState",
     "UnauthenticatedError",
