@@ -20,6 +20,7 @@ from orchestrator.cli import (
     auth_cmd,
     locks_cmd,
     replay_cmd,
+    schedule_cmd,
     server_cmd,
     worker_cmds,
     workflow_cmds,
@@ -47,6 +48,7 @@ for command in (
     *locks_cmd.COMMANDS,
     *worker_cmds.COMMANDS,
     *auth_cmd.COMMANDS,
+    *schedule_cmd.COMMANDS,
 ):
     cli.add_command(command)
 
