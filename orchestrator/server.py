@@ -105,7 +105,9 @@ class Server:
         self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
         self._scanner = DeadlineScanner(store, self.metrics)
         self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
-        admin.runner = ScheduleRunner(store, self._service.start, self._leads)
+        admin.runner = ScheduleRunner(
+            store, self._service.start, self._leads, slots=self.metrics.schedule_slots
+        )
         self._tasks.append(asyncio.create_task(admin.runner.run(), name="schedules"))
         if self.config.purge_interval > 0:
             self._tasks.append(asyncio.create_task(self._purge_loop(), name="retention-purge"))

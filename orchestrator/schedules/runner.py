@@ -31,6 +31,7 @@ from dataclasses import replace
 from datetime import datetime, timedelta
 
 import structlog
+from prometheus_client import Counter
 
 from orchestrator.engine import external
 from orchestrator.engine.errors import Aborted, AlreadyExists, EngineError, Unavailable
@@ -85,7 +86,9 @@ class ScheduleRunner:
         start: Start,
         leads: Callable[[], bool],
         clock: Callable[[], datetime] = utcnow,
+        slots: Counter | None = None,
     ) -> None:
+        self._slots = slots
         self._store = store
         self._start = start
         self._leads = leads
@@ -123,13 +126,21 @@ class ScheduleRunner:
                     error=str(exc)[:200],
                 )
                 continue
-            if new != row:
-                # Lost to another writer: the next pass works from what it wrote,
-                # and starts already made are found again by their ids.
-                await self._store.schedules.save(new)
+            # Lost to another writer, the next pass works from what it wrote,
+            # and starts already made are found again by their ids.
+            if new != row and await self._store.schedules.save(new):
+                self._count(row, new)
             if due is not None:
                 wait = min(wait, (due - self._clock()).total_seconds())
         return wait
+
+    def _count(self, before: ScheduleRow, after: ScheduleRow) -> None:
+        if self._slots is None:
+            return
+        for outcome in ("started", "skipped", "missed"):
+            added = getattr(after, outcome) - getattr(before, outcome)
+            if added > 0:
+                self._slots.labels(outcome).inc(added)
 
     async def _handle(self, row: ScheduleRow, now: datetime) -> tuple[ScheduleRow, datetime | None]:
         """The row after this pass, and when its next slot is due."""

@@ -118,7 +118,9 @@ async def test_cron_across_both_dst_changes(store: Store) -> None:
 
 async def test_catch_up_window_and_jitter(store: Store) -> None:
     clock = Clock("2026-11-25T10:00:00")
-    run = runner(store, clock, await service_of(store))
+    metrics = Metrics()
+    service = await service_of(store)
+    run = ScheduleRunner(store, service.start, lambda: True, clock, metrics.schedule_slots)
     await store.schedules.add(
         row("late", "2026-11-25T10:00:00", cron="", every=60.0, catch_up_window=90.0)
     )
@@ -128,6 +130,13 @@ async def test_catch_up_window_and_jitter(store: Store) -> None:
     assert got is not None
     assert await ids(store, "late") == ["late/2026-11-25T10:04:00Z", "late/2026-11-25T10:05:00Z"]
     assert got.missed == 3 and got.last_slot == utc("2026-11-25T10:05:00")
+    counts = {
+        outcome: metrics.registry.get_sample_value(
+            "weft_schedule_slots_total", {"outcome": outcome}
+        )
+        for outcome in ("started", "missed")
+    }
+    assert counts == {"started": 2.0, "missed": 3.0}
 
     jittered = row("jit", "2026-11-25T10:00:00", cron="", every=3600.0, jitter=600.0)
     await store.schedules.add(jittered)
