@@ -174,7 +174,14 @@ class Spec:
         return spec
 
     def next_after(self, after: datetime) -> datetime | None:
-        """The first fire time strictly after `after` (aware, UTC); None: never."""
+        """The first fire time strictly after `after` (aware, UTC); None: never
+        (nor near the end of the year 9999, where dates end)."""
+        try:
+            return self._next_after(after)
+        except OverflowError:
+            return None
+
+    def _next_after(self, after: datetime) -> datetime | None:
         if self.every is not None:
             step = _micros(self.every)
             elapsed = _micros(after - EPOCH)

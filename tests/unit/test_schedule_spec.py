@@ -6,6 +6,8 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from orchestrator.schedules.spec import Spec, SpecError, jitter_for, parse_cron, slot_text
 
@@ -155,3 +157,37 @@ def test_jitter_is_fixed_per_slot_and_bounded() -> None:
 def test_slot_text() -> None:
     assert slot_text(utc("2026-11-25T02:00:00")) == "2026-11-25T02:00:00Z"
     assert slot_text(utc("2026-11-25T02:00:00.250")) == "2026-11-25T02:00:00.250Z"
+
+
+_CRON_TEXT = st.text(alphabet="0123456789*/,- abcdefghijklmnopqrstuvwxyzJANFEB", max_size=40)
+_ZONES = st.sampled_from(
+    ["", "UTC", "Europe/Brussels", "America/New_York", "Asia/Kathmandu", "Australia/Lord_Howe"]
+)
+
+
+@settings(max_examples=300, deadline=None)
+@given(text=_CRON_TEXT, zone_name=_ZONES, at=st.datetimes(timezones=st.just(UTC)))
+def test_any_cron_text_is_a_spec_or_a_spec_error(text: str, zone_name: str, at: datetime) -> None:
+    """Never another exception; and a spec's next time is strictly later, and
+    stable (asking from just before it gives it again)."""
+    try:
+        spec = Spec.of(text, None, zone_name)
+    except SpecError:
+        return
+    nxt = spec.next_after(at)
+    if nxt is None:
+        return
+    assert nxt > at
+    assert spec.next_after(nxt - timedelta(microseconds=1)) == nxt
+
+
+def test_the_end_of_time_is_never() -> None:
+    end = datetime(9999, 12, 31, 23, 0, tzinfo=UTC)
+    assert Spec.of("30 * * * *", None, "Europe/Brussels").next_after(end) is None
+    assert Spec.of("", timedelta(days=1), "").next_after(end) is None
+
+
+@pytest.mark.parametrize("name", ["../../etc/passwd", "Europe/", "a\x00b", "/abs", "x" * 300])
+def test_zone_names_that_are_not_zones(name: str) -> None:
+    with pytest.raises(SpecError):
+        Spec.of("0 0 * * *", None, name)
