@@ -336,3 +336,22 @@ async def _with(
 ) -> sc.ScheduleDescription | None:
     d = await describe(admin, name)
     return d if check(d) else None
+
+
+async def test_slots_that_come_while_paused_are_not_started(stubs: Stubs) -> None:
+    admin, _ = stubs
+    name = unique("paused")
+    await admin.CreateSchedule(every(name, overlap="allow", paused=True))
+    await asyncio.sleep(2.5)
+    d = await describe(admin, name)
+    assert d.started == 0 and not d.recent_runs and d.missed == 0
+    await admin.UnpauseSchedule(sc.UnpauseScheduleRequest(name=name))
+    unpaused = datetime.now(UTC)
+    d = await wait_until(lambda: _with(admin, name, lambda d: d.started >= 2), timeout=10)
+    # Only slots after the unpause: none of the paused seconds is caught up.
+    assert all(r.slot.ToDatetime(UTC) > unpaused - timedelta(seconds=1) for r in d.recent_runs)
+    await admin.PauseSchedule(sc.PauseScheduleRequest(name=name, note="enough"))
+    started = (await describe(admin, name)).started
+    await asyncio.sleep(2.5)
+    d = await describe(admin, name)
+    assert d.started == started and d.schedule.note == "enough"
