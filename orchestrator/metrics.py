@@ -63,6 +63,12 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.schedule_slots = Counter(
+            "weft_schedule_slots_total",
+            "Schedule slots this node handled: started, skipped (overlap) or missed (too late)",
+            ["outcome"],
+            registry=self.registry,
+        )
 
     def rpc(self, method: str, code: str) -> Any:
         """The histogram child of one method and code (labels() costs a lookup

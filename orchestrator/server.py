@@ -29,6 +29,7 @@ from orchestrator.dispatch.sessions import FLUSH_EVERY as SESSIONS_FLUSH_EVERY
 from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
+from orchestrator.schedules.runner import ScheduleRunner
 from orchestrator.store import nodes as node_rows
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
@@ -122,6 +123,10 @@ class Server:
         if self.config.diagnose_interval > 0:
             doctor = Doctor(store, pollers, self.config.limits)
             self._tasks.append(asyncio.create_task(self._diagnose_loop(doctor), name="diagnose"))
+        admin.runner = ScheduleRunner(
+            store, self._service.start, self._leads, slots=self.metrics.schedule_slots
+        )
+        self._tasks.append(asyncio.create_task(admin.runner.run(), name="schedules"))
         if store.is_pg:
             ready = asyncio.Event()
             self._tasks.append(

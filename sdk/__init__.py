@@ -40,6 +40,7 @@ from sdk.errors import (
 from sdk.events import Event
 from sdk.history import ActivityState, ChildState, Failure, LockState, Marker, Signal, TimerState
 from sdk.retry import RetryPolicy
+from sdk.schedules import ScheduleDescription, ScheduleRun
 from sdk.sync_client import Client
 from sdk.workflows import (
     ForcedRelease,
@@ -92,6 +93,8 @@ __all__ = [
     "ResourceExhaustedError",
     "RetryPolicy",
     "RunLock",
+    "ScheduleDescription",
+    "ScheduleRun",
     "Signal",
     "TimerState",
     "UnauthenticatedError",

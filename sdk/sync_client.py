@@ -11,7 +11,7 @@ import asyncio
 import contextlib
 import threading
 from collections.abc import AsyncGenerator, AsyncIterator, Coroutine, Iterator
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any, Literal, TypeVar
 
 from sdk.api.weft.v1 import admin_pb2 as a
@@ -22,6 +22,7 @@ from sdk.diagnostics import Diagnosis
 from sdk.errors import WeftError
 from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
+from sdk.schedules import ScheduleDescription
 from sdk.tls import TlsConfig
 from sdk.workflows import (
     ForcedRelease,
@@ -233,6 +234,35 @@ class Client:
 
     def list_nodes(self, *, gone_within: timedelta | None = None) -> Nodes:
         return self.run(self.aio.list_nodes(gone_within=gone_within))
+
+    # -- schedules (AsyncClient's, in sdk/schedules.py) ---------------------------
+
+    def create_schedule(self, name: str, *, workflow_type: str, **options: Any) -> None:
+        self.run(self.aio.create_schedule(name, workflow_type=workflow_type, **options))
+
+    def describe_schedule(self, name: str, *, next_count: int = 0) -> ScheduleDescription:
+        return self.run(self.aio.describe_schedule(name, next_count=next_count))
+
+    def list_schedules(self) -> list[ScheduleDescription]:
+        return self.run(self.aio.list_schedules())
+
+    def update_schedule(self, name: str, **changes: Any) -> None:
+        self.run(self.aio.update_schedule(name, **changes))
+
+    def pause_schedule(self, name: str, *, note: str = "") -> None:
+        self.run(self.aio.pause_schedule(name, note=note))
+
+    def unpause_schedule(self, name: str, *, note: str = "") -> None:
+        self.run(self.aio.unpause_schedule(name, note=note))
+
+    def trigger_schedule(self, name: str) -> str:
+        return self.run(self.aio.trigger_schedule(name))
+
+    def backfill_schedule(self, name: str, start: datetime, end: datetime) -> int:
+        return self.run(self.aio.backfill_schedule(name, start, end))
+
+    def delete_schedule(self, name: str) -> None:
+        self.run(self.aio.delete_schedule(name))
 
     def register_namespace(self, name: str, *, retention: str = "", description: str = "") -> None:
         self.run(self.aio.register_namespace(name, retention=retention, description=description))

@@ -1,6 +1,7 @@
 """weft.v1.AdminService: what operators do to the service rather than to one
-workflow: locks (list, force-release), namespaces, the retention purge, and
-the diagnosis of stuck runs (`doctor.py`)."""
+workflow: locks (list, force-release), namespaces and the retention purge;
+credentials, nodes, schedules and the diagnosis of stuck runs in their own
+modules."""
 
 from __future__ import annotations
 
@@ -25,6 +26,7 @@ from .credentials import CredentialsAdmin
 from .doctor import DiagnosticsAdmin
 from .errors import grpc_errors
 from .nodes import NodesAdmin
+from .schedules import SchedulesAdmin
 
 log = structlog.get_logger("weft.api")
 
@@ -38,7 +40,9 @@ def _holder(entry: LockEntry) -> a.LockHolder:
     )
 
 
-class AdminService(CredentialsAdmin, NodesAdmin, DiagnosticsAdmin, ag.AdminServiceServicer):
+class AdminService(
+    CredentialsAdmin, NodesAdmin, DiagnosticsAdmin, SchedulesAdmin, ag.AdminServiceServicer
+):
     @grpc_errors
     async def ListLocks(self, req: a.ListLocksRequest, ctx: Ctx) -> a.ListLocksResponse:
         ns = validate.namespace(req.namespace)

@@ -69,6 +69,12 @@ class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer
 
     @grpc_errors
     async def StartWorkflow(self, req: s.StartWorkflowRequest, ctx: Ctx) -> s.StartWorkflowResponse:
+        run_id, _ = await self.start(req)
+        return s.StartWorkflowResponse(run_id=run_id)
+
+    async def start(self, req: s.StartWorkflowRequest) -> tuple[str, bool]:
+        """StartWorkflow's work: (run id, whether this call started it). The
+        schedule runner starts its runs here too."""
         ns = validate.namespace(req.namespace)
         cmd = await self._start_command(req, ns)
         run_id, _, started = await self._store.create(
@@ -80,7 +86,7 @@ class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer
         )
         if started:
             log.info("workflow.started", namespace=ns, workflow_id=req.workflow_id, run_id=run_id)
-        return s.StartWorkflowResponse(run_id=run_id)
+        return run_id, started
 
     @grpc_errors
     async def SignalWithStartWorkflow(

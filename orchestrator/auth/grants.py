@@ -58,6 +58,16 @@ CALLERS: dict[str, frozenset[str]] = {
     "ListNodes": frozenset({READER}),
     # a reader of a namespace may see what is stuck in it (read-only)
     "DiagnoseNamespace": frozenset({READER}),
+    # schedules: changing one is admin's (it starts runs of any type); reading is not
+    "CreateSchedule": frozenset(),
+    "DescribeSchedule": frozenset({READER, STARTER}),
+    "ListSchedules": frozenset({READER, STARTER}),
+    "UpdateSchedule": frozenset(),
+    "PauseSchedule": frozenset(),
+    "UnpauseSchedule": frozenset(),
+    "TriggerSchedule": frozenset(),
+    "BackfillSchedule": frozenset(),
+    "DeleteSchedule": frozenset(),
 }
 
 # Calls that act on every namespace at once: only an admin of "*" may make them.
@@ -74,6 +84,13 @@ AUDITED = frozenset(
         "CreateApiKey",
         "AddPrincipal",
         "RevokeCredential",
+        "CreateSchedule",
+        "UpdateSchedule",
+        "PauseSchedule",
+        "UnpauseSchedule",
+        "TriggerSchedule",
+        "BackfillSchedule",
+        "DeleteSchedule",
     }
 )
 

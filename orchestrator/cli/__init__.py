@@ -22,6 +22,7 @@ from orchestrator.cli import (
     doctor_cmd,
     locks_cmd,
     replay_cmd,
+    schedule_cmd,
     server_cmd,
     worker_cmds,
     workflow_cmds,
@@ -51,6 +52,7 @@ for command in (
     *auth_cmd.COMMANDS,
     *cluster_cmds.COMMANDS,
     *doctor_cmd.COMMANDS,
+    *schedule_cmd.COMMANDS,
 ):
     cli.add_command(command)
 

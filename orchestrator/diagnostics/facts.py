@@ -8,6 +8,7 @@ from dataclasses import dataclass, field
 from datetime import datetime
 
 from orchestrator.engine.state import RunKey
+from orchestrator.store.schedules import ScheduleRow
 
 
 @dataclass(frozen=True)
@@ -82,5 +83,7 @@ class Facts:
     holder_overdue: dict[str, datetime] = field(default_factory=dict)
     """Holder run id -> its earliest overdue deadline."""
     long_runs: list[LongRun] = field(default_factory=list)
+    schedules: list[ScheduleRow] = field(default_factory=list)
+    """The namespace's schedules that are not paused."""
     truncated: bool = False
     """A query reached its bound: there may be more than is listed."""

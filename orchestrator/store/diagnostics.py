@@ -27,6 +27,7 @@ from orchestrator.engine.state import RunKey
 
 from .reads import StoreBase
 from .rows import aware
+from .schedules import Schedules
 from .schema import deadlines, lock_waiters, locks, namespaces, pollers, runs, tasks
 
 MAX_LISTS = 200
@@ -93,6 +94,9 @@ class Diagnostics:
         await self._locks(facts, now - timedelta(seconds=bounds.overdue_after))
         await self._long_runs(facts, int(bounds.events_limit * bounds.near_limit))
         await self._last_polled(facts)
+        facts.schedules = [
+            row for row in await Schedules(self._store).find(namespace) if not row.paused
+        ]
         return facts
 
     async def run_facts(

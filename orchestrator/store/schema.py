@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from sqlalchemy import (
     BigInteger,
+    Boolean,
     Column,
     DateTime,
     Float,
@@ -286,4 +287,43 @@ leases = Table(
     Column("name", ID, primary_key=True),
     Column("holder", ID, nullable=False),
     Column("expires_at", DateTime(), nullable=False),
+)
+
+# Schedules (README "Schedules"): what each starts and when, and where it is.
+# The runner (orchestrator.schedules.runner) writes a row only by compare-and-
+# set on `version`, so an operator's update and the runner's never overwrite
+# each other; starts themselves are made unique by their workflow and request
+# ids, not by this row.
+schedules = Table(
+    "schedules",
+    metadata,
+    Column("namespace", ID, primary_key=True),
+    Column("name", ID, primary_key=True),
+    Column("workflow_type", ID, nullable=False),
+    Column("task_list", ID, nullable=False),  # "" for the type's registered default
+    Column("input", LargeBinary),  # a serialized weft.v1.Payload
+    Column("cron", String(255), nullable=False),  # "" when `every` is set
+    Column("every", Float),  # seconds
+    Column("timezone", String(64), nullable=False),
+    Column("overlap", String(32), nullable=False),
+    Column("catch_up_window", Float, nullable=False),  # seconds
+    Column("jitter", Float, nullable=False),  # seconds
+    Column("start_at", DateTime()),
+    Column("end_at", DateTime()),
+    Column("paused", Boolean(), nullable=False),
+    Column("note", Text, nullable=False),
+    Column("created_at", DateTime(), nullable=False),
+    Column("updated_at", DateTime(), nullable=False),
+    # The last fire time handled (started, skipped or missed): the runner
+    # goes on from here, after a restart too.
+    Column("last_slot", DateTime()),
+    Column("buffered_slot", DateTime()),  # buffer-one / cancel-previous: the next to start
+    # JSON: slots asked for by trigger and backfill, not yet handled.
+    Column("pending", Text, nullable=False),
+    Column("started", BigInteger, nullable=False),
+    Column("skipped", BigInteger, nullable=False),  # by the overlap policy
+    Column("missed", BigInteger, nullable=False),  # outside the catch-up window
+    # JSON: the latest runs started, newest first (slot, workflow id, run id).
+    Column("recent", Text, nullable=False),
+    Column("version", BigInteger, nullable=False),
 )

@@ -43,6 +43,7 @@ from .locked import LockedWrites
 from .nodes import Nodes
 from .pg_writer import PgWriter
 from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
+from .schedules import Schedules
 from .sqlite_writer import SqliteWriter
 from .workers import WorkerSessions
 from .writes import Before, Candidate, Conflict, multi_run, plan
@@ -87,6 +88,7 @@ class Store(LockedWrites):
     workers: WorkerSessions
     nodes: Nodes
     diagnostics: Diagnostics
+    schedules: Schedules
 
     @classmethod
     async def open(
@@ -103,6 +105,7 @@ class Store(LockedWrites):
         store.workers = WorkerSessions(store)
         store.nodes = Nodes(store)
         store.diagnostics = Diagnostics(store)
+        store.schedules = Schedules(store)
         if store.is_pg:
             store._hot = PgWriter(dialect.libpq_url(url), store.stats)
         else:

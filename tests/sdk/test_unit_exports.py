@@ -47,6 +47,8 @@ EXPECTED_ALL = [
     "ResourceExhaustedError",
     "RetryPolicy",
     "RunLock",
+    "ScheduleDescription",
+    "ScheduleRun",
     "Signal",
     "TimerState",
     "UnauthenticatedError",

@@ -18,6 +18,7 @@ from typing import Any
 
 import grpc
 import pytest
+from google.protobuf.timestamp_pb2 import Timestamp
 
 from orchestrator.auth import keys
 from orchestrator.config import ServerConfig
@@ -29,9 +30,10 @@ from orchestrator.store.rows import TaskListKey
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import schedules_pb2 as sc
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.helpers import payload, wait_until
+from tests.helpers import dur, payload, wait_until
 
 OK = grpc.StatusCode.OK
 DENIED = grpc.StatusCode.PERMISSION_DENIED
@@ -101,6 +103,15 @@ ALLOWED: dict[str, set[str]] = {
     # The cluster's nodes are no namespace's: any admin or reader may see them.
     "ListNodes": ADMINS | {"reader", "admin-other-ns"},
     "DiagnoseNamespace": ADMINS | {"reader"},
+    "CreateSchedule": ADMINS,
+    "DescribeSchedule": ADMINS | {"reader", "starter"},
+    "ListSchedules": ADMINS | {"reader", "starter"},
+    "UpdateSchedule": ADMINS,
+    "PauseSchedule": ADMINS,
+    "UnpauseSchedule": ADMINS,
+    "TriggerSchedule": ADMINS,
+    "BackfillSchedule": ADMINS,
+    "DeleteSchedule": ADMINS,
 }
 # What an allowed call answers (the requests aim at things that make it fail
 # harmlessly where succeeding would disturb the other cases).
@@ -116,6 +127,14 @@ ANSWER: dict[str, grpc.StatusCode] = {
     "RespondActivityTaskFailed": NOT_FOUND,
     "RespondActivityTaskCanceled": NOT_FOUND,
     "RecordWorkerHeartbeat": NOT_FOUND,  # a session that does not exist
+    # a schedule that does not exist (CreateSchedule makes a paused one per call)
+    "DescribeSchedule": NOT_FOUND,
+    "UpdateSchedule": NOT_FOUND,
+    "PauseSchedule": NOT_FOUND,
+    "UnpauseSchedule": NOT_FOUND,
+    "TriggerSchedule": NOT_FOUND,
+    "BackfillSchedule": NOT_FOUND,
+    "DeleteSchedule": NOT_FOUND,
 }
 # Callers refused by the grant's narrowing, beyond the role table.
 NARROWED_OUT: dict[str, set[str]] = {
@@ -305,6 +324,28 @@ def requests(setup: Setup) -> dict[str, Callable[[], Any]]:
         "ListWorkers": lambda: s.ListWorkersRequest(namespace="default", task_list="tl-a"),
         "ListNodes": lambda: a.ListNodesRequest(),
         "DiagnoseNamespace": lambda: a.DiagnoseNamespaceRequest(namespace="default"),
+        "CreateSchedule": lambda: sc.CreateScheduleRequest(
+            namespace="default",
+            schedule=sc.Schedule(
+                name=f"sched-{next(n)}", workflow_type="wt", every=dur(86400), paused=True
+            ),
+        ),
+        "DescribeSchedule": lambda: sc.DescribeScheduleRequest(namespace="default", name="nope"),
+        "ListSchedules": lambda: sc.ListSchedulesRequest(namespace="default"),
+        "UpdateSchedule": lambda: sc.UpdateScheduleRequest(
+            namespace="default",
+            schedule=sc.Schedule(name="nope", workflow_type="wt", every=dur(60)),
+        ),
+        "PauseSchedule": lambda: sc.PauseScheduleRequest(namespace="default", name="nope"),
+        "UnpauseSchedule": lambda: sc.UnpauseScheduleRequest(namespace="default", name="nope"),
+        "TriggerSchedule": lambda: sc.TriggerScheduleRequest(namespace="default", name="nope"),
+        "BackfillSchedule": lambda: sc.BackfillScheduleRequest(
+            namespace="default",
+            name="nope",
+            start_time=Timestamp(seconds=1_700_000_000),
+            end_time=Timestamp(seconds=1_700_000_600),
+        ),
+        "DeleteSchedule": lambda: sc.DeleteScheduleRequest(namespace="default", name="nope"),
     }
 
 

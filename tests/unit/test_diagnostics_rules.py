@@ -21,9 +21,11 @@ from orchestrator.diagnostics.findings import (
     LOCK_DEADLOCK,
     LOCK_HOLDER_BLOCKED,
     NO_POLLER,
+    SCHEDULE_MISSED_SLOTS,
 )
 from orchestrator.diagnostics.schedules import schedule_findings
 from orchestrator.engine.state import RunKey
+from orchestrator.store.schedules import ScheduleRow
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
 A, B, C, D = (RunKey("default", f"wf-{x}", f"run-{x}") for x in "abcd")
@@ -167,5 +169,38 @@ def test_findings_come_most_urgent_first_and_name_their_runs() -> None:
     assert found[0].involves(A.run_id)
 
 
-def test_schedules_find_nothing_until_schedules_exist() -> None:
+def schedule(
+    name: str, *, created: float, last: float | None = None, every: float = 60
+) -> ScheduleRow:
+    return ScheduleRow(
+        namespace="default",
+        name=name,
+        workflow_type="report",
+        task_list="",
+        input=None,
+        cron="",
+        every=every,
+        timezone="UTC",
+        overlap="skip",
+        catch_up_window=3600,
+        jitter=0,
+        start_at=None,
+        end_at=None,
+        paused=False,
+        note="",
+        created_at=ago(created),
+        updated_at=ago(created),
+        last_slot=ago(last) if last is not None else None,
+        missed=2,
+    )
+
+
+def test_a_schedule_whose_slots_are_not_started_is_reported() -> None:
+    late = schedule("nightly", created=600)  # ten slots due, none handled
+    on_time = schedule("hourly", created=600, last=10)  # the last slot was handled
+    just_due = schedule("fresh", created=50)  # its first slot is due now: not late yet
+    [found] = schedule_findings(facts(schedules=[late, on_time, just_due]))
+    assert found.kind == SCHEDULE_MISSED_SLOTS and found.schedule == "nightly"
+    assert found.count == 10 and "2 slot(s) missed so far" in found.explanation
+    assert "weft nodes" in found.action
     assert schedule_findings(facts()) == []

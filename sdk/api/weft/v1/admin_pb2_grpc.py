@@ -4,6 +4,7 @@ import grpc
 import warnings
 
 from sdk.api.weft.v1 import admin_pb2 as weft_dot_v1_dot_admin__pb2
+from sdk.api.weft.v1 import schedules_pb2 as weft_dot_v1_dot_schedules__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
 GRPC_VERSION = grpc.__version__
@@ -95,6 +96,51 @@ class AdminServiceStub:
                 '/weft.v1.AdminService/DiagnoseNamespace',
                 request_serializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceResponse.FromString,
+                _registered_method=True)
+        self.CreateSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/CreateSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.CreateScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.CreateScheduleResponse.FromString,
+                _registered_method=True)
+        self.DescribeSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/DescribeSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.DescribeScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.DescribeScheduleResponse.FromString,
+                _registered_method=True)
+        self.ListSchedules = channel.unary_unary(
+                '/weft.v1.AdminService/ListSchedules',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.ListSchedulesRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.ListSchedulesResponse.FromString,
+                _registered_method=True)
+        self.UpdateSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/UpdateSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.UpdateScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.UpdateScheduleResponse.FromString,
+                _registered_method=True)
+        self.PauseSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/PauseSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.PauseScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.PauseScheduleResponse.FromString,
+                _registered_method=True)
+        self.UnpauseSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/UnpauseSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.UnpauseScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.UnpauseScheduleResponse.FromString,
+                _registered_method=True)
+        self.TriggerSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/TriggerSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.TriggerScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.TriggerScheduleResponse.FromString,
+                _registered_method=True)
+        self.BackfillSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/BackfillSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.BackfillScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.BackfillScheduleResponse.FromString,
+                _registered_method=True)
+        self.DeleteSchedule = channel.unary_unary(
+                '/weft.v1.AdminService/DeleteSchedule',
+                request_serializer=weft_dot_v1_dot_schedules__pb2.DeleteScheduleRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_schedules__pb2.DeleteScheduleResponse.FromString,
                 _registered_method=True)
 
 
@@ -192,6 +238,64 @@ class AdminServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateSchedule(self, request, context):
+        """Schedules (README "Schedules"; messages in schedules.proto): each slot
+        starts one run, with a workflow id made of the schedule and the slot, on
+        the node that leads. Slots missed while the service was down start on
+        recovery when within the catch-up window.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DescribeSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListSchedules(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UpdateSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def PauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def UnpauseSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def TriggerSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def BackfillSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteSchedule(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_AdminServiceServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -254,6 +358,51 @@ def add_AdminServiceServicer_to_server(servicer, server):
                     servicer.DiagnoseNamespace,
                     request_deserializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceRequest.FromString,
                     response_serializer=weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceResponse.SerializeToString,
+            ),
+            'CreateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.CreateScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.CreateScheduleResponse.SerializeToString,
+            ),
+            'DescribeSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DescribeSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.DescribeScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.DescribeScheduleResponse.SerializeToString,
+            ),
+            'ListSchedules': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListSchedules,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.ListSchedulesRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.ListSchedulesResponse.SerializeToString,
+            ),
+            'UpdateSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.UpdateSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.UpdateScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.UpdateScheduleResponse.SerializeToString,
+            ),
+            'PauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.PauseSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.PauseScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.PauseScheduleResponse.SerializeToString,
+            ),
+            'UnpauseSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.UnpauseSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.UnpauseScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.UnpauseScheduleResponse.SerializeToString,
+            ),
+            'TriggerSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.TriggerSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.TriggerScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.TriggerScheduleResponse.SerializeToString,
+            ),
+            'BackfillSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.BackfillSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.BackfillScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.BackfillScheduleResponse.SerializeToString,
+            ),
+            'DeleteSchedule': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteSchedule,
+                    request_deserializer=weft_dot_v1_dot_schedules__pb2.DeleteScheduleRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_schedules__pb2.DeleteScheduleResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -582,6 +731,249 @@ class AdminService:
             '/weft.v1.AdminService/DiagnoseNamespace',
             weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceRequest.SerializeToString,
             weft_dot_v1_dot_admin__pb2.DiagnoseNamespaceResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/CreateSchedule',
+            weft_dot_v1_dot_schedules__pb2.CreateScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.CreateScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DescribeSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/DescribeSchedule',
+            weft_dot_v1_dot_schedules__pb2.DescribeScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.DescribeScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListSchedules(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/ListSchedules',
+            weft_dot_v1_dot_schedules__pb2.ListSchedulesRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.ListSchedulesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UpdateSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/UpdateSchedule',
+            weft_dot_v1_dot_schedules__pb2.UpdateScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.UpdateScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def PauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/PauseSchedule',
+            weft_dot_v1_dot_schedules__pb2.PauseScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.PauseScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def UnpauseSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/UnpauseSchedule',
+            weft_dot_v1_dot_schedules__pb2.UnpauseScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.UnpauseScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def TriggerSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/TriggerSchedule',
+            weft_dot_v1_dot_schedules__pb2.TriggerScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.TriggerScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def BackfillSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/BackfillSchedule',
+            weft_dot_v1_dot_schedules__pb2.BackfillScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.BackfillScheduleResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteSchedule(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.AdminService/DeleteSchedule',
+            weft_dot_v1_dot_schedules__pb2.DeleteScheduleRequest.SerializeToString,
+            weft_dot_v1_dot_schedules__pb2.DeleteScheduleResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -6,6 +6,7 @@ isort:skip_file
 from collections import abc as _abc
 from grpc import aio as _aio
 from sdk.api.weft.v1 import admin_pb2 as _admin_pb2
+from sdk.api.weft.v1 import schedules_pb2 as _schedules_pb2
 import abc as _abc_1
 import grpc as _grpc
 import sys
@@ -69,6 +70,20 @@ class AdminServiceStub:
     overdue deadlines, lock waiters behind a blocked holder, histories near
     their limit. Read-only; each finding says what to do.
     """
+    CreateSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.CreateScheduleRequest, _schedules_pb2.CreateScheduleResponse]
+    """Schedules (README "Schedules"; messages in schedules.proto): each slot
+    starts one run, with a workflow id made of the schedule and the slot, on
+    the node that leads. Slots missed while the service was down start on
+    recovery when within the catch-up window.
+    """
+    DescribeSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.DescribeScheduleRequest, _schedules_pb2.DescribeScheduleResponse]
+    ListSchedules: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.ListSchedulesRequest, _schedules_pb2.ListSchedulesResponse]
+    UpdateSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.UpdateScheduleRequest, _schedules_pb2.UpdateScheduleResponse]
+    PauseSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.PauseScheduleRequest, _schedules_pb2.PauseScheduleResponse]
+    UnpauseSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.UnpauseScheduleRequest, _schedules_pb2.UnpauseScheduleResponse]
+    TriggerSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.TriggerScheduleRequest, _schedules_pb2.TriggerScheduleResponse]
+    BackfillSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.BackfillScheduleRequest, _schedules_pb2.BackfillScheduleResponse]
+    DeleteSchedule: _grpc.UnaryUnaryMultiCallable[_schedules_pb2.DeleteScheduleRequest, _schedules_pb2.DeleteScheduleResponse]
 
 @_typing.type_check_only
 class AdminServiceAsyncStub(AdminServiceStub):
@@ -111,6 +126,20 @@ class AdminServiceAsyncStub(AdminServiceStub):
     overdue deadlines, lock waiters behind a blocked holder, histories near
     their limit. Read-only; each finding says what to do.
     """
+    CreateSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.CreateScheduleRequest, _schedules_pb2.CreateScheduleResponse]  # type: ignore[assignment]
+    """Schedules (README "Schedules"; messages in schedules.proto): each slot
+    starts one run, with a workflow id made of the schedule and the slot, on
+    the node that leads. Slots missed while the service was down start on
+    recovery when within the catch-up window.
+    """
+    DescribeSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.DescribeScheduleRequest, _schedules_pb2.DescribeScheduleResponse]  # type: ignore[assignment]
+    ListSchedules: _aio.UnaryUnaryMultiCallable[_schedules_pb2.ListSchedulesRequest, _schedules_pb2.ListSchedulesResponse]  # type: ignore[assignment]
+    UpdateSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.UpdateScheduleRequest, _schedules_pb2.UpdateScheduleResponse]  # type: ignore[assignment]
+    PauseSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.PauseScheduleRequest, _schedules_pb2.PauseScheduleResponse]  # type: ignore[assignment]
+    UnpauseSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.UnpauseScheduleRequest, _schedules_pb2.UnpauseScheduleResponse]  # type: ignore[assignment]
+    TriggerSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.TriggerScheduleRequest, _schedules_pb2.TriggerScheduleResponse]  # type: ignore[assignment]
+    BackfillSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.BackfillScheduleRequest, _schedules_pb2.BackfillScheduleResponse]  # type: ignore[assignment]
+    DeleteSchedule: _aio.UnaryUnaryMultiCallable[_schedules_pb2.DeleteScheduleRequest, _schedules_pb2.DeleteScheduleResponse]  # type: ignore[assignment]
 
 class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
     """Operators' service: locks now; namespaces, replay, retention and nodes as
@@ -222,5 +251,73 @@ class AdminServiceServicer(metaclass=_abc_1.ABCMeta):
         overdue deadlines, lock waiters behind a blocked holder, histories near
         their limit. Read-only; each finding says what to do.
         """
+
+    @_abc_1.abstractmethod
+    def CreateSchedule(
+        self,
+        request: _schedules_pb2.CreateScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.CreateScheduleResponse, _abc.Awaitable[_schedules_pb2.CreateScheduleResponse]]:
+        """Schedules (README "Schedules"; messages in schedules.proto): each slot
+        starts one run, with a workflow id made of the schedule and the slot, on
+        the node that leads. Slots missed while the service was down start on
+        recovery when within the catch-up window.
+        """
+
+    @_abc_1.abstractmethod
+    def DescribeSchedule(
+        self,
+        request: _schedules_pb2.DescribeScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.DescribeScheduleResponse, _abc.Awaitable[_schedules_pb2.DescribeScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListSchedules(
+        self,
+        request: _schedules_pb2.ListSchedulesRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.ListSchedulesResponse, _abc.Awaitable[_schedules_pb2.ListSchedulesResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UpdateSchedule(
+        self,
+        request: _schedules_pb2.UpdateScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.UpdateScheduleResponse, _abc.Awaitable[_schedules_pb2.UpdateScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def PauseSchedule(
+        self,
+        request: _schedules_pb2.PauseScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.PauseScheduleResponse, _abc.Awaitable[_schedules_pb2.PauseScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def UnpauseSchedule(
+        self,
+        request: _schedules_pb2.UnpauseScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.UnpauseScheduleResponse, _abc.Awaitable[_schedules_pb2.UnpauseScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def TriggerSchedule(
+        self,
+        request: _schedules_pb2.TriggerScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.TriggerScheduleResponse, _abc.Awaitable[_schedules_pb2.TriggerScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def BackfillSchedule(
+        self,
+        request: _schedules_pb2.BackfillScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.BackfillScheduleResponse, _abc.Awaitable[_schedules_pb2.BackfillScheduleResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def DeleteSchedule(
+        self,
+        request: _schedules_pb2.DeleteScheduleRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_schedules_pb2.DeleteScheduleResponse, _abc.Awaitable[_schedules_pb2.DeleteScheduleResponse]]: ...
 
 def add_AdminServiceServicer_to_server(servicer: AdminServiceServicer, server: _typing.Union[_grpc.Server, _aio.Server]) -> None: ...

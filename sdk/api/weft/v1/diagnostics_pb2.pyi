@@ -45,7 +45,9 @@ class _FindingKindEnumTypeWrapper(_enum_type_wrapper._EnumTypeWrapper[_FindingKi
     FINDING_KIND_HISTORY_NEAR_LIMIT: _FindingKind.ValueType  # 5
     """An open run's history is near the server's event limit."""
     FINDING_KIND_SCHEDULE_MISSED_SLOTS: _FindingKind.ValueType  # 6
-    """A schedule missed slots (found once schedules exist)."""
+    """A schedule not paused has slots due (past the overdue time) that no run
+    was started for: no node leads the upkeep, or its starts fail.
+    """
 
 class FindingKind(_FindingKind, metaclass=_FindingKindEnumTypeWrapper):
     """What `weft doctor` (AdminService.DiagnoseNamespace) and `weft describe`
@@ -70,7 +72,9 @@ FINDING_KIND_LOCK_DEADLOCK: FindingKind.ValueType  # 4
 FINDING_KIND_HISTORY_NEAR_LIMIT: FindingKind.ValueType  # 5
 """An open run's history is near the server's event limit."""
 FINDING_KIND_SCHEDULE_MISSED_SLOTS: FindingKind.ValueType  # 6
-"""A schedule missed slots (found once schedules exist)."""
+"""A schedule not paused has slots due (past the overdue time) that no run
+was started for: no node leads the upkeep, or its starts fail.
+"""
 Global___FindingKind: _TypeAlias = FindingKind  # noqa: Y015
 
 @_typing.final
