@@ -1,7 +1,8 @@
 """Server nodes and the upkeep leader (README "Workers and nodes"), with real
 `weft server` processes: on PostgreSQL two nodes share the database; kill -9 of
 the leader hands the lease to the other within two lease periods, and the
-upkeep goes on there (the worker-session reaper, the retention purge); the
+upkeep goes on there (the worker-session reaper, the retention purge, the
+schedules); the
 killed node, started again, reports its unexpected shutdown. `weft nodes`
 shows it all. On SQLite the one node always leads."""
 
@@ -66,6 +67,15 @@ async def test_the_leader_dies_and_the_other_node_leads_within_two_lease_periods
         await wait_until(lambda: _is(via_a, "node-a"), timeout=10)
     await b.start()
     async with AsyncClient(b.address) as via_b:
+        # A schedule that fires every second; its runs are started by the leader.
+        await via_b.create_schedule(
+            "tick",
+            workflow_type="tick",
+            task_list="tl-tick",
+            every=timedelta(seconds=1),
+            overlap="allow",
+        )
+        await wait_until(lambda: _started(via_b, 2), timeout=10)
         listed = await via_b.list_nodes()
         assert {(n.node_id, n.status) for n in listed.nodes} == {
             ("node-a", "ready"),
@@ -78,6 +88,14 @@ async def test_the_leader_dies_and_the_other_node_leads_within_two_lease_periods
         await wait_until(lambda: _is(via_b, "node-b"), timeout=4 * LEASE, interval=0.05)
         took = time.monotonic() - killed
         assert took <= 2 * LEASE, f"node-b led {took:.2f} s after the kill"
+
+        # The schedule goes on from node-b: runs for slots after the kill, and
+        # no slot started twice (each slot's workflow id is its own).
+        after_kill = (await via_b.describe_schedule("tick")).started
+        await wait_until(lambda: _started(via_b, after_kill + 3), timeout=10)
+        tick = await via_b.describe_schedule("tick")
+        ids = [r.workflow_id for r in tick.recent_runs]
+        assert len(ids) == len(set(ids))
 
         # The upkeep goes on on node-b: the reaper times out the tasks of a
         # worker session that stops beating, and the purge deletes a run its
@@ -109,6 +127,10 @@ async def test_the_leader_dies_and_the_other_node_leads_within_two_lease_periods
         await wait_until(lambda: _is(via_a, "node-a"), timeout=4 * LEASE)
         gone = {n.node_id: n.status for n in (await via_a.list_nodes()).nodes}
         assert gone == {"node-a": "ready", "node-b": "gone"}
+
+
+async def _started(client: AsyncClient, at_least: int) -> bool:
+    return (await client.describe_schedule("tick")).started >= at_least
 
 
 async def _is(client: AsyncClient, node: str) -> bool:
