@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, func, literal, select, union_all
+from sqlalchemy import and_, func, literal, select, union, union_all
 
 from orchestrator.diagnostics.facts import (
     Facts,
@@ -28,7 +28,7 @@ from orchestrator.engine.state import RunKey
 from .reads import StoreBase
 from .rows import aware
 from .schedules import Schedules
-from .schema import deadlines, lock_waiters, locks, namespaces, pollers, runs, tasks
+from .schema import deadlines, lock_waiters, locks, namespaces, pollers, runs, schedules, tasks
 
 MAX_LISTS = 200
 """Task lists with long-waiting tasks looked at, the longest waiting first."""
@@ -64,11 +64,13 @@ class Diagnostics:
         return await self._store._rows(query)
 
     async def namespace_known(self, namespace: str) -> bool:
-        """Registered, or used by a run or a poller (namespaces exist implicitly)."""
+        """Registered, or used by a run, a poller or a schedule (namespaces exist
+        implicitly)."""
         for table, column in (
             (namespaces, namespaces.c.name),
             (runs, runs.c.namespace),
             (pollers, pollers.c.namespace),
+            (schedules, schedules.c.namespace),
         ):
             if await self._rows(
                 select(literal(1)).select_from(table).where(column == namespace).limit(1)
@@ -77,13 +79,15 @@ class Diagnostics:
         return False
 
     async def active_namespaces(self) -> list[str]:
-        """Namespaces with open runs (what the periodic pass for the metrics looks at)."""
+        """Namespaces with open runs or running schedules (what the periodic pass
+        for the metrics looks at)."""
+        with_runs = select(runs.c.namespace.label("namespace")).where(runs.c.status == "open")
+        with_schedules = select(schedules.c.namespace.label("namespace")).where(
+            schedules.c.paused.is_(False)
+        )
+        both = union(with_runs, with_schedules).subquery()
         rows = await self._rows(
-            select(runs.c.namespace)
-            .where(runs.c.status == "open")
-            .group_by(runs.c.namespace)
-            .order_by(runs.c.namespace)
-            .limit(MAX_NAMESPACES)
+            select(both.c.namespace).order_by(both.c.namespace).limit(MAX_NAMESPACES)
         )
         return [r.namespace for r in rows]
 

@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
+from dataclasses import replace
+from datetime import UTC, datetime, timedelta
 
 import grpc
 import pytest
@@ -19,6 +21,7 @@ from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import diagnostics_pb2 as dg
+from sdk.api.weft.v1 import schedules_pb2 as sc
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from tests.e2e import doctor_cases as cases
@@ -268,3 +271,35 @@ async def test_a_run_near_the_history_limit_is_found_and_counted_in_the_metrics(
 
     await wait_until(cleared, timeout=10)
     await asyncio.sleep(0)
+
+
+async def test_a_schedule_whose_slots_cannot_start_is_found(
+    server: Server, admin: ag.AdminServiceStub
+) -> None:
+    """The type has no default task list and the schedule names none: every start
+    is refused, the slots stay due. (The schedule is made as if created ten
+    minutes ago, so its first slots are past the overdue time at once.)"""
+    namespace = unique("sched")
+    await admin.CreateSchedule(
+        sc.CreateScheduleRequest(
+            namespace=namespace,
+            schedule=sc.Schedule(name="tick", workflow_type=unique("untyped"), every=dur(60)),
+        )
+    )
+    store = server._store
+    assert store is not None
+    earlier = datetime.now(UTC) - timedelta(minutes=10)
+    await store.schedules.change(
+        namespace, "tick", lambda row: replace(row, created_at=earlier, updated_at=earlier)
+    )
+
+    async def found() -> list[dg.Finding]:
+        return [
+            f
+            for f in await diagnose(admin, namespace)
+            if f.kind == K.FINDING_KIND_SCHEDULE_MISSED_SLOTS
+        ]
+
+    [finding] = await wait_until(found, timeout=10)
+    assert finding.schedule == "tick" and finding.count >= 9
+    assert "no run was started for" in finding.explanation
