@@ -200,9 +200,6 @@ class Server:
         name = self.config.node_name or default_node_name(self.config.listen, self.port)
         self._membership = Membership(store, name, self.config.listen)
         await self._membership.arrive()
-        # Workers that beat in vain while no node was up get a timeout to reach
-        # this one before the reaper judges them.
-        await store.workers.grace(utcnow())
         self._leadership = Leadership(store, name, self.config.lease_period)
         await self._renew_lease()
         self._tasks.append(asyncio.create_task(self._keep_membership(), name="membership"))
@@ -237,14 +234,26 @@ class Server:
                 log.warning("node.beat_failed", error=str(exc)[:200])
 
     async def _reap_loop(self, reaper: Reaper) -> None:
+        """While this node leads: find lost worker sessions and time out their tasks.
+
+        Before the first pass as leader, and after a pass that failed (the
+        database was away), every live session gets its whole timeout anew:
+        while no node could record their heartbeats (the service or its database
+        down, no leader), live workers beat in vain and must not be judged lost
+        for it."""
         assert self._store is not None
         pruned = 0.0
         loop = asyncio.get_running_loop()
+        owe_grace = True
         while True:
             await asyncio.sleep(REAP_EVERY)
             if not self._leads():
+                owe_grace = True
                 continue
             try:
+                if owe_grace:
+                    await self._store.workers.grace(utcnow())
+                    owe_grace = False
                 await reaper.reap()
                 if loop.time() - pruned > PRUNE_EVERY:
                     now = utcnow()
@@ -252,6 +261,7 @@ class Server:
                     await self._store.nodes.prune(now)
                     pruned = loop.time()
             except Exception as exc:  # the database may be away: try again next time
+                owe_grace = True
                 log.warning("workers.reap_failed", error=str(exc)[:200])
 
     def _session_ended(self, session_id: str) -> None:

@@ -8,7 +8,7 @@ from datetime import datetime, timedelta
 from orchestrator.store import nodes as node_rows
 from orchestrator.store.nodes import NodeRow
 from orchestrator.store.rows import utcnow
-from orchestrator.upkeep.leader import UPKEEP_LEASE
+from orchestrator.upkeep.leader import UPKEEP_LEASE, node_of
 from sdk.api.weft.v1 import admin_pb2 as a
 
 from . import validate
@@ -34,7 +34,7 @@ class NodesAdmin(ServiceBase):
             within = timedelta(seconds=validate.seconds("gone_within", req.gone_within))
         now = utcnow()
         lease = await self._store.nodes.lease(UPKEEP_LEASE)
-        leader = lease.holder if lease is not None and lease.expires_at > now else ""
+        leader = node_of(lease.holder) if lease is not None and lease.expires_at > now else ""
         resp = a.ListNodesResponse(leader=leader)
         if lease is not None and leader:
             resp.lease_expire_time.CopyFrom(timestamp(lease.expires_at))

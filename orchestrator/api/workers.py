@@ -9,10 +9,16 @@ from __future__ import annotations
 
 import uuid
 from datetime import timedelta
+from typing import Any
 
 from orchestrator.engine import caller
 from orchestrator.engine.derived import ACTIVITY, DECISION
-from orchestrator.engine.errors import FailedPrecondition, InvalidArgument
+from orchestrator.engine.errors import (
+    FailedPrecondition,
+    InvalidArgument,
+    NotFound,
+    PermissionDenied,
+)
 from orchestrator.engine.transition import duration
 from orchestrator.store.rows import utcnow
 from orchestrator.store.workers import LIVE, STOPPED, WorkerSession
@@ -52,6 +58,15 @@ def _info(session: WorkerSession) -> s.WorkerInfo:
     if session.ended_at is not None:
         info.end_time.CopyFrom(timestamp(session.ended_at))
     return info
+
+
+def _visible(namespace: str, session: WorkerSession) -> bool:
+    try:
+        for _, name in session.task_lists:
+            check_run("ListWorkers", namespace, task_list=name)
+    except PermissionDenied:
+        return False
+    return True
 
 
 class WorkerSessionsApi(ServiceBase):
@@ -114,27 +129,41 @@ class WorkerSessionsApi(ServiceBase):
     async def RecordWorkerHeartbeat(
         self, req: s.RecordWorkerHeartbeatRequest, ctx: Ctx
     ) -> s.RecordWorkerHeartbeatResponse:
-        ns = validate.namespace(req.namespace)
-        session_id = validate.name("worker_session_id", req.worker_session_id)
+        session = await self._own_session(req, "RecordWorkerHeartbeat")
+        if session is None:
+            raise NotFound(
+                f"no worker session {req.worker_session_id!r} in this namespace: register"
+            )
         try:
-            await self._store.workers.heartbeat(ns, session_id, utcnow())
+            await self._store.workers.heartbeat(session, utcnow())
         except FailedPrecondition:
-            self.sessions.ended(session_id)  # its polls here are refused from now on
+            self.sessions.ended(session.session_id)  # its polls here are refused from now on
             raise
         return s.RecordWorkerHeartbeatResponse()
+
+    async def _own_session(self, req: Any, rpc: str) -> WorkerSession | None:
+        """The session a heartbeat or a goodbye names, if it is of this namespace;
+        PERMISSION_DENIED unless the caller's grant covers each of its task lists
+        (as it would to register it): a worker cannot end another team's session."""
+        ns = validate.namespace(req.namespace)
+        session_id = validate.name("worker_session_id", req.worker_session_id)
+        session = await self._store.workers.get(session_id)
+        if session is None or session.namespace != ns:
+            return None
+        for _, name in session.task_lists:
+            check_run(rpc, ns, task_list=name)
+        return session
 
     @grpc_errors
     async def UnregisterWorker(
         self, req: s.UnregisterWorkerRequest, ctx: Ctx
     ) -> s.UnregisterWorkerResponse:
-        ns = validate.namespace(req.namespace)
-        session_id = validate.name("worker_session_id", req.worker_session_id)
-        found = await self._store.workers.get(session_id)
-        if found is None or found.namespace != ns:
+        session = await self._own_session(req, "UnregisterWorker")
+        if session is None:
             return s.UnregisterWorkerResponse()  # (gone already: nothing to do)
         # What it still had started (abandoned past its grace) is reaped at once.
-        await self._store.workers.end(session_id, STOPPED, utcnow(), only_expired=False)
-        self.sessions.ended(session_id)
+        await self._store.workers.end(session.session_id, STOPPED, utcnow(), only_expired=False)
+        self.sessions.ended(session.session_id)
         return s.UnregisterWorkerResponse()
 
     @grpc_errors
@@ -145,4 +174,5 @@ class WorkerSessionsApi(ServiceBase):
         if req.HasField("ended_within"):
             within = timedelta(seconds=validate.seconds("ended_within", req.ended_within))
         found = await self._store.workers.find(ns, req.task_list, utcnow() - within)
-        return s.ListWorkersResponse(workers=[_info(w) for w in found])
+        # A worker narrowed to task lists sees the sessions of those lists only.
+        return s.ListWorkersResponse(workers=[_info(w) for w in found if _visible(ns, w)])

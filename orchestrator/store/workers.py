@@ -11,11 +11,12 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from datetime import datetime, timedelta
+from typing import Any
 
-from sqlalchemy import and_, delete, exists, insert, select, text, update
+from sqlalchemy import and_, delete, exists, func, insert, select, text, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
-from orchestrator.engine.errors import FailedPrecondition, NotFound
+from orchestrator.engine.errors import FailedPrecondition
 
 from . import dialect
 from .reads import StoreBase
@@ -96,7 +97,7 @@ class WorkerSessions:
             "status": LIVE,
             "registered_at": _naive(session.registered_at),
             "last_seen": _naive(session.last_seen),
-            "expires_at": _naive(session.expires_at),
+            "expires_at": self._clock(session.registered_at) + timedelta(seconds=session.timeout),
             "ended_at": None,
         }
         store = self._store
@@ -113,41 +114,37 @@ class WorkerSessions:
         )
         return _session(row) if row is not None else None
 
-    async def heartbeat(self, namespace: str, session_id: str, now: datetime) -> WorkerSession:
-        """Move a live session's expiry on; FAILED_PRECONDITION if it has ended
-        (the worker registers again), NOT_FOUND if there is no such session."""
+    def _clock(self, now: datetime) -> Any:
+        """The time sessions expire by: the database's on PostgreSQL, so that
+        nodes whose clocks disagree judge a session alike (as the lease)."""
+        if self._store.is_pg:
+            return func.timezone("UTC", func.now())
+        return _naive(now)
+
+    async def heartbeat(self, session: WorkerSession, now: datetime) -> None:
+        """Move a live session's expiry on by its timeout; FAILED_PRECONDITION if
+        it has ended or expired (the worker registers again)."""
         store = self._store
         c = worker_sessions.c
-        # The new expiry is the row's own timeout past now: read it first (a
-        # session's timeout never changes), then move it in one conditional write.
-        current = await self.get(session_id)
-        if current is None or current.namespace != namespace:
-            raise NotFound(f"no worker session {session_id!r} in namespace {namespace!r}")
-        self._refuse_ended(current, now)
-        expires = now + timedelta(seconds=current.timeout)
+        if session.status != LIVE:
+            raise _ended(session)
+        at = self._clock(now)
 
         async def move() -> int:
             async with store._write() as conn:
                 done = await conn.execute(
                     update(worker_sessions)
-                    .where(c.session_id == session_id, c.status == LIVE)
-                    .where(c.expires_at >= _naive(now))
-                    .values(last_seen=_naive(now), expires_at=_naive(expires))
+                    .where(c.session_id == session.session_id, c.status == LIVE)
+                    .where(c.expires_at >= at)
+                    .values(
+                        last_seen=_naive(now), expires_at=at + timedelta(seconds=session.timeout)
+                    )
                 )
                 return int(done.rowcount)
 
         if not await store._retrying(move):
-            after = await self.get(session_id)
-            assert after is not None
-            self._refuse_ended(after, now)
-            raise FailedPrecondition(f"worker session {session_id!r} has expired: register again")
-        return current
-
-    @staticmethod
-    def _refuse_ended(session: WorkerSession, now: datetime) -> None:
-        if session.status != LIVE or session.expires_at < now:
-            how = "was unregistered" if session.status == STOPPED else "has expired"
-            raise FailedPrecondition(f"worker session {session.session_id!r} {how}: register again")
+            after = await self.get(session.session_id)
+            raise _ended(after or session)
 
     async def end(self, session_id: str, status: str, now: datetime, *, only_expired: bool) -> bool:
         """Mark a live session stopped or lost (a lost one only if it is still
@@ -157,7 +154,7 @@ class WorkerSessions:
         c = worker_sessions.c
         query = update(worker_sessions).where(c.session_id == session_id, c.status == LIVE)
         if only_expired:
-            query = query.where(c.expires_at < _naive(now))
+            query = query.where(c.expires_at < self._clock(now))
 
         async def attempt() -> bool:
             async with store._write() as conn:
@@ -182,7 +179,7 @@ class WorkerSessions:
                 timeouts = await conn.execute(select(c.timeout).where(c.status == LIVE).distinct())
                 moved = 0
                 for (timeout,) in timeouts.all():
-                    until = _naive(now + timedelta(seconds=timeout))
+                    until = self._clock(now) + timedelta(seconds=timeout)
                     done = await conn.execute(
                         update(worker_sessions)
                         .where(c.status == LIVE, c.timeout == timeout, c.expires_at < until)
@@ -198,7 +195,7 @@ class WorkerSessions:
         c = worker_sessions.c
         rows = await self._store._rows(
             select(worker_sessions)
-            .where(c.status == LIVE, c.expires_at < _naive(now))
+            .where(c.status == LIVE, c.expires_at < self._clock(now))
             .order_by(c.expires_at)
             .limit(limit)
         )
@@ -217,10 +214,27 @@ class WorkerSessions:
         return [_session(r) for r in rows]
 
     async def runs_of(self, session_id: str, limit: int = 1000) -> list[str]:
+        """The open runs the session started tasks in (at most `limit`)."""
+        w = worker_runs.c
         rows = await self._store._rows(
-            select(worker_runs.c.run_id).where(worker_runs.c.session_id == session_id).limit(limit)
+            select(w.run_id)
+            .join(runs, runs.c.run_id == w.run_id)
+            .where(w.session_id == session_id, runs.c.status == "open")
+            .limit(limit)
         )
         return [r.run_id for r in rows]
+
+    async def forget_session_runs(self, session_id: str) -> None:
+        """Every row of the session: its open runs have all been looked at."""
+        store = self._store
+
+        async def attempt() -> None:
+            async with store._write() as conn:
+                await conn.execute(
+                    delete(worker_runs).where(worker_runs.c.session_id == session_id)
+                )
+
+        await store._retrying(attempt)
 
     async def forget_runs(self, session_id: str, run_ids: list[str]) -> None:
         if not run_ids:
@@ -254,20 +268,17 @@ class WorkerSessions:
     async def find(
         self, namespace: str, task_list: str, ended_since: datetime, limit: int = 1000
     ) -> list[WorkerSession]:
-        """Live sessions and those ended since `ended_since`, of one namespace,
-        optionally polling `task_list`: live first, then newest first."""
+        """Live sessions, then those ended since `ended_since`, of one namespace,
+        optionally polling `task_list`, newest first."""
         c = worker_sessions.c
-        query = (
-            select(worker_sessions)
-            .where(c.namespace == namespace)
-            .where((c.status == LIVE) | (c.ended_at >= _naive(ended_since)))
-            .order_by(c.registered_at.desc())
-            .limit(limit)
-        )
-        found = [_session(r) for r in await self._store._rows(query)]
+        newest = select(worker_sessions).where(c.namespace == namespace)
+        newest = newest.order_by(c.registered_at.desc()).limit(limit)
+        live = await self._store._rows(newest.where(c.status == LIVE))
+        ended = await self._store._rows(newest.where(c.ended_at >= _naive(ended_since)))
+        found = [_session(r) for r in [*live, *ended]]
         if task_list:
             found = [s for s in found if any(name == task_list for _, name in s.task_lists)]
-        return sorted(found, key=lambda s: s.status != LIVE)
+        return found
 
     async def prune(self, now: datetime) -> None:
         """Delete sessions ended long ago, and rows of runs that have closed (or
@@ -295,3 +306,8 @@ async def _notify(conn: AsyncConnection, store: StoreBase, session_id: str) -> N
         text("SELECT pg_notify(:ch, :payload)"),
         {"ch": CHANGES_CHANNEL, "payload": ended_payload(store.node_id, session_id)},
     )
+
+
+def _ended(session: WorkerSession) -> FailedPrecondition:
+    how = "was unregistered" if session.status == STOPPED else "has expired"
+    return FailedPrecondition(f"worker session {session.session_id!r} {how}: register again")

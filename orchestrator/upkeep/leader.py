@@ -12,6 +12,7 @@ always leads.
 from __future__ import annotations
 
 import time
+import uuid
 
 import structlog
 
@@ -24,10 +25,18 @@ UPKEEP_LEASE = "upkeep"
 _TRUSTED = 0.9  # of a period: how long a renewal is believed
 
 
+def node_of(holder: str) -> str:
+    """The node name of a lease holder (`NAME/PROCESS`)."""
+    return holder.rpartition("/")[0] or holder
+
+
 class Leadership:
     def __init__(self, store: Store, node_id: str, period: float) -> None:
         self._store = store
         self.node_id = node_id
+        # The holder is this process, not only its name: two processes given the
+        # same --node-name (one config for every replica) must not both lead.
+        self.holder = f"{node_id}/{uuid.uuid4().hex[:12]}"
         self.period = period
         self._until = 0.0  # monotonic
 
@@ -38,10 +47,10 @@ class Leadership:
         """Take or renew the lease; whether this node leads now."""
         asked = time.monotonic()
         lease = await self._store.nodes.hold(
-            UPKEEP_LEASE, self.node_id, self.period, utcnow(), force=not self._store.is_pg
+            UPKEEP_LEASE, self.holder, self.period, utcnow(), force=not self._store.is_pg
         )
         was = self.leads()
-        if lease is not None and lease.holder == self.node_id:
+        if lease is not None and lease.holder == self.holder:
             self._until = asked + _TRUSTED * self.period
             if not was:
                 log.info("leader.elected", node=self.node_id, lease_period=self.period)
@@ -61,5 +70,5 @@ class Leadership:
         """A clean stop: hand the lease back so another node leads at its next try."""
         if self.leads():
             self._until = 0.0
-            await self._store.nodes.release(UPKEEP_LEASE, self.node_id)
+            await self._store.nodes.release(UPKEEP_LEASE, self.holder)
             log.info("leader.released", node=self.node_id)

@@ -22,6 +22,7 @@ from orchestrator.store.store import Store
 from orchestrator.store.workers import LOST, WorkerSession
 
 log = structlog.get_logger("weft.workers")
+RUNS_PER_PASS = 1000
 
 
 class Reaper:
@@ -52,7 +53,7 @@ class Reaper:
 
     async def _finish(self, session: WorkerSession) -> int:
         sid, identity = session.session_id, session.identity
-        run_ids = await self._store.workers.runs_of(sid)
+        run_ids = await self._store.workers.runs_of(sid, RUNS_PER_PASS)
         timed_out = 0
         for run_id in run_ids:
             try:
@@ -61,7 +62,11 @@ class Reaper:
                     log.info("worker.tasks_timed_out", session=sid, run_id=run_id)
             except NotFound:
                 pass  # the run is gone (purged): nothing of it to time out
-        await self._store.workers.forget_runs(sid, run_ids)
+        if len(run_ids) < RUNS_PER_PASS:
+            # Every open run has been looked at; rows of closed ones need nothing.
+            await self._store.workers.forget_session_runs(sid)
+        else:
+            await self._store.workers.forget_runs(sid, run_ids)
         if timed_out:
             self._metrics.worker_lost_runs.inc(timed_out)
         return timed_out
