@@ -42,6 +42,7 @@ from sdk.history import ActivityState, ChildState, Failure, LockState, Marker, S
 from sdk.retry import RetryPolicy
 from sdk.schedules import ScheduleDescription, ScheduleRun
 from sdk.sync_client import Client
+from sdk.visibility import HistoryPage, PollerInfo, TaskListInfo, WorkflowPage
 from sdk.workflows import (
     ForcedRelease,
     LockHolder,
@@ -77,6 +78,7 @@ __all__ = [
     "Failure",
     "Finding",
     "ForcedRelease",
+    "HistoryPage",
     "InternalError",
     "InvalidArgumentError",
     "LockHolder",
@@ -90,12 +92,14 @@ __all__ = [
     "PendingActivity",
     "PendingTimer",
     "PermissionDeniedError",
+    "PollerInfo",
     "ResourceExhaustedError",
     "RetryPolicy",
     "RunLock",
     "ScheduleDescription",
     "ScheduleRun",
     "Signal",
+    "TaskListInfo",
     "TimerState",
     "UnauthenticatedError",
     "UnavailableError",
@@ -106,6 +110,7 @@ __all__ = [
     "WorkflowFailedError",
     "WorkflowInfo",
     "WorkflowOutcomeError",
+    "WorkflowPage",
     "WorkflowRun",
     "WorkflowTerminatedError",
     "WorkflowTimedOutError",

@@ -43,6 +43,7 @@ from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleCalls
 from sdk.tls import TlsConfig, diagnose, looks_like_tls, tls_config
+from sdk.visibility import VisibilityCalls
 from sdk.workflows import (
     ForcedRelease,
     LockInfo,
@@ -85,7 +86,7 @@ def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls):
+class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls, VisibilityCalls):
     """A connection to a Weft server, for one namespace.
 
     Create it anywhere; the gRPC channel opens on first use, inside the running

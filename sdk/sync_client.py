@@ -24,6 +24,7 @@ from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleDescription
 from sdk.tls import TlsConfig
+from sdk.visibility import HistoryPage, TaskListInfo, WorkflowPage
 from sdk.workflows import (
     ForcedRelease,
     LockInfo,
@@ -234,6 +235,26 @@ class Client:
 
     def list_nodes(self, *, gone_within: timedelta | None = None) -> Nodes:
         return self.run(self.aio.list_nodes(gone_within=gone_within))
+
+    # -- looking over a namespace (AsyncClient's, in sdk/visibility.py) -----------
+
+    def list_page(self, **filters: Any) -> WorkflowPage:
+        return self.run(self.aio.list_page(**filters))
+
+    def count_workflows(self, **filters: Any) -> dict[str, int]:
+        return self.run(self.aio.count_workflows(**filters))
+
+    def list_task_lists(self) -> list[TaskListInfo]:
+        return self.run(self.aio.list_task_lists())
+
+    def history_page(
+        self, workflow_id: str, *, run_id: str = "", first_event_id: int = 1, page_size: int = 100
+    ) -> HistoryPage:
+        return self.run(
+            self.aio.history_page(
+                workflow_id, run_id=run_id, first_event_id=first_event_id, page_size=page_size
+            )
+        )
 
     # -- schedules (AsyncClient's, in sdk/schedules.py) ---------------------------
 

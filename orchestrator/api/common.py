@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import asyncio
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import grpc
@@ -34,7 +34,7 @@ HISTORY_PAGE = 1000
 # is at most 256 KiB).
 HISTORY_PAGE_BYTES = 2 * 1024 * 1024
 RECHECK = 2.0  # a missed cross-node wake-up costs at most this much latency
-_STATUS = {
+STATUS_VALUES = {
     "open": c.WORKFLOW_STATUS_OPEN,
     "completed": c.WORKFLOW_STATUS_COMPLETED,
     "failed": c.WORKFLOW_STATUS_FAILED,
@@ -57,6 +57,10 @@ class ServiceSettings:
     """Of the upkeep lease: a node silent for three is shown lost."""
 
 
+# What DescribeTaskList and ListTaskLists report as a task list's pollers.
+POLLERS_SEEN_WITHIN = timedelta(minutes=5)
+
+
 def timestamp(at: datetime | float | None) -> Timestamp:
     stamp = Timestamp()
     if at is None or at == 0:
@@ -75,7 +79,7 @@ def execution_info(row: RunRow, version: str = "") -> c.WorkflowExecutionInfo:
         execution=c.WorkflowExecution(workflow_id=row.key.workflow_id, run_id=row.key.run_id),
         workflow_type=c.WorkflowType(name=row.workflow_type, version=version),
         task_list=row.task_list,
-        status=_STATUS[row.status],
+        status=STATUS_VALUES[row.status],
         start_time=timestamp(row.start_time),
         history_length=row.history_length,
         continued_from_run_id=row.continued_from_run_id,

@@ -20,7 +20,7 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import schedules_pb2 as sc
 
 from . import validate
-from .common import _STATUS, Ctx, ServiceBase, timestamp
+from .common import STATUS_VALUES, Ctx, ServiceBase, timestamp
 from .errors import grpc_errors
 
 log = structlog.get_logger("weft.api")
@@ -154,7 +154,9 @@ class SchedulesAdmin(ServiceBase):
                     workflow_id=r.workflow_id,
                     run_id=r.run_id,
                     started_at=timestamp(r.started_at),
-                    status=_STATUS.get(statuses.get(r.run_id, ""), c.WORKFLOW_STATUS_UNSPECIFIED),
+                    status=STATUS_VALUES.get(
+                        statuses.get(r.run_id, ""), c.WORKFLOW_STATUS_UNSPECIFIED
+                    ),
                 )
             if row.last_slot is not None:
                 d.last_slot.CopyFrom(timestamp(row.last_slot))

@@ -10,6 +10,7 @@ from datetime import datetime
 from typing import Any, TypeVar
 
 import structlog
+from google.protobuf.message import Message
 
 from orchestrator.engine import activity as activities
 from orchestrator.engine import external
@@ -22,10 +23,19 @@ from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 
 from . import paging, validate
-from .common import HISTORY_PAGE, Ctx, ServiceSettings, execution_info, optional_payload, timestamp
+from .common import (
+    HISTORY_PAGE,
+    STATUS_VALUES,
+    Ctx,
+    ServiceSettings,
+    execution_info,
+    optional_payload,
+    timestamp,
+)
 from .doctor import Doctor, finding_proto
 from .errors import grpc_errors
 from .guard import check_run
+from .task_lists import TaskListsApi
 from .tasks import TaskService
 from .workers import WorkerSessionsApi
 
@@ -35,7 +45,7 @@ log = structlog.get_logger("weft.api")
 R = TypeVar("R")
 
 
-class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer):
+class WorkflowService(TaskService, TaskListsApi, WorkerSessionsApi, sg.WorkflowServiceServicer):
     # -- starting and talking to workflows --------------------------------------
 
     async def _start_command(self, req: s.StartWorkflowRequest, ns: str) -> StartCommand:
@@ -197,7 +207,9 @@ class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer
     ) -> s.GetWorkflowHistoryResponse:
         ns = validate.namespace(req.namespace)
         size = req.page_size if 0 < req.page_size <= HISTORY_PAGE else HISTORY_PAGE
-        first_id, last_id = 1, 0
+        if req.first_event_id < 0:
+            raise InvalidArgument("first_event_id must be 0 or more")
+        first_id, last_id = max(1, req.first_event_id), 0
         if req.next_page_token:
             run_id, first_id, last_id = paging.decode(req.next_page_token, (str, int, int))
             row = await self._store.find_run(ns, req.execution.workflow_id, run_id)
@@ -287,12 +299,13 @@ class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer
         rows = await self._store.list_runs(
             ns,
             open_only=open_only,
+            status=_status_name(req.status),
             workflow_type=req.workflow_type,
             workflow_id=req.workflow_id,
-            start_from=req.start_time_from.ToDatetime()
-            if req.HasField("start_time_from")
-            else None,
-            start_to=req.start_time_to.ToDatetime() if req.HasField("start_time_to") else None,
+            workflow_id_prefix=req.workflow_id_prefix,
+            task_list=req.task_list,
+            start_from=_optional_time(req, "start_time_from"),
+            start_to=_optional_time(req, "start_time_to"),
             after=after,
             limit=size,
         )
@@ -302,6 +315,26 @@ class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer
             token = paging.encode(last.start_time.replace(tzinfo=None).isoformat(), last.key.run_id)
         return s.ListWorkflowsResponse(
             executions=[execution_info(r) for r in rows], next_page_token=token
+        )
+
+    @grpc_errors
+    async def CountWorkflows(
+        self, req: s.CountWorkflowsRequest, ctx: Ctx
+    ) -> s.CountWorkflowsResponse:
+        ns = validate.namespace(req.namespace)
+        counts = await self._store.count_runs(
+            ns,
+            workflow_type=req.workflow_type,
+            workflow_id_prefix=req.workflow_id_prefix,
+            task_list=req.task_list,
+            start_from=_optional_time(req, "start_time_from"),
+            start_to=_optional_time(req, "start_time_to"),
+        )
+        return s.CountWorkflowsResponse(
+            counts=[
+                s.StatusCount(status=STATUS_VALUES[name], count=n)
+                for name, n in sorted(counts.items(), key=lambda kv: STATUS_VALUES[kv[0]])
+            ]
         )
 
     @grpc_errors
@@ -348,3 +381,20 @@ class WorkflowService(TaskService, WorkerSessionsApi, sg.WorkflowServiceServicer
             "activity", ns, req.activity_type.name, req.activity_type.version, values
         )
         return s.RegisterActivityTypeResponse()
+
+
+def _status_name(value: int) -> str:
+    """The store's name of one exact status, "" for none."""
+    if value == c.WORKFLOW_STATUS_UNSPECIFIED:
+        return ""
+    for name, number in STATUS_VALUES.items():
+        if number == value:
+            return name
+    raise InvalidArgument(f"status {value} is not a workflow status")
+
+
+def _optional_time(msg: Message, field: str) -> datetime | None:
+    if not msg.HasField(field):
+        return None
+    moment: datetime = getattr(msg, field).ToDatetime()
+    return moment

@@ -7,7 +7,6 @@ import time
 import uuid
 from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, TypeVar
 
 import structlog
@@ -35,7 +34,7 @@ from sdk.api.weft.v1.decisions_pb2 import Decision
 from sdk.api.weft.v1.history_pb2 import HistoryEvent
 
 from . import validate
-from .common import HISTORY_PAGE, Ctx, ServiceBase, optional_payload, timestamp
+from .common import HISTORY_PAGE, POLLERS_SEEN_WITHIN, Ctx, ServiceBase, optional_payload, timestamp
 from .errors import grpc_errors
 from .guard import current_caller
 
@@ -89,7 +88,6 @@ class ActivityStart:
 
 
 R = TypeVar("R")
-POLLERS_SEEN_WITHIN = timedelta(minutes=5)  # what DescribeTaskList reports
 SUGGEST_CONTINUE = 0.9  # of the event limit: leaves room to finish the current step
 
 

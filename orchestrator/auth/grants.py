@@ -26,6 +26,7 @@ CALLERS: dict[str, frozenset[str]] = {
     "GetWorkflowHistory": frozenset({STARTER, READER, WORKER}),
     "DescribeWorkflow": frozenset({STARTER, READER}),
     "ListWorkflows": frozenset({STARTER, READER}),
+    "CountWorkflows": frozenset({STARTER, READER}),
     # workers
     "PollForDecisionTask": frozenset({WORKER}),
     "RespondDecisionTaskCompleted": frozenset({WORKER}),
@@ -36,6 +37,7 @@ CALLERS: dict[str, frozenset[str]] = {
     "RespondActivityTaskFailed": frozenset({WORKER}),
     "RespondActivityTaskCanceled": frozenset({WORKER}),
     "DescribeTaskList": frozenset({WORKER, READER}),
+    "ListTaskLists": frozenset({READER}),
     "RegisterWorkflowType": frozenset({WORKER}),
     "RegisterActivityType": frozenset({WORKER}),
     # worker sessions (a worker narrowed to task lists registers on those only)

@@ -49,6 +49,14 @@ class PollerSightings:
     def recent(self, key: TaskListKey, since: float) -> dict[str, float]:
         return {i: at for (k, i), at in self._seen.items() if k == key and at >= since}
 
+    def recent_in(self, namespace: str, since: float) -> list[tuple[TaskListKey, str, float]]:
+        """(task list, identity, when) of the namespace's sightings since `since`."""
+        return [
+            (k, i, at)
+            for (k, i), at in self._seen.items()
+            if k.namespace == namespace and at >= since
+        ]
+
     def latest(self, keys: set[TaskListKey]) -> dict[TaskListKey, float]:
         """The latest sighting on each of `keys` that has one (one pass over all
         sightings, however many keys: `weft doctor` asks about hundreds)."""

@@ -266,20 +266,24 @@ class StoreBase:
         start_to: datetime | None,
         after: tuple[datetime, str] | None,
         limit: int,
+        status: str = "",
+        workflow_id_prefix: str = "",
+        task_list: str = "",
     ) -> list[RunRow]:
-        q = select(runs).where(runs.c.namespace == namespace)
-        if open_only is True:
+        """Runs newest start first. `status` (one exact status) wins over `open_only`."""
+        q = select(runs).where(
+            *run_filter(
+                namespace, workflow_type, workflow_id_prefix, task_list, start_from, start_to
+            )
+        )
+        if status:
+            q = q.where(runs.c.status == status)
+        elif open_only is True:
             q = q.where(runs.c.status == "open")
         elif open_only is False:
             q = q.where(runs.c.status != "open")
-        if workflow_type:
-            q = q.where(runs.c.workflow_type == workflow_type)
         if workflow_id:
             q = q.where(runs.c.workflow_id == workflow_id)
-        if start_from is not None:
-            q = q.where(runs.c.start_time >= start_from.replace(tzinfo=None))
-        if start_to is not None:
-            q = q.where(runs.c.start_time < start_to.replace(tzinfo=None))
         if after is not None:
             # Keyset paging, newest first.
             at, rid = after
@@ -288,6 +292,28 @@ class StoreBase:
             )
         q = q.order_by(runs.c.start_time.desc(), runs.c.run_id.desc()).limit(limit)
         return [run_row(r) for r in await self._rows(q)]
+
+    async def count_runs(
+        self,
+        namespace: str,
+        *,
+        workflow_type: str = "",
+        workflow_id_prefix: str = "",
+        task_list: str = "",
+        start_from: datetime | None = None,
+        start_to: datetime | None = None,
+    ) -> dict[str, int]:
+        """How many runs have each status (statuses with none are absent)."""
+        rows = await self._rows(
+            select(runs.c.status, func.count().label("n"))
+            .where(
+                *run_filter(
+                    namespace, workflow_type, workflow_id_prefix, task_list, start_from, start_to
+                )
+            )
+            .group_by(runs.c.status)
+        )
+        return {r.status: int(r.n) for r in rows}
 
     async def list_locks(self, namespace: str, lock_name: str = "") -> list[LockView]:
         """Each lock of the namespace with a holder or a waiter, by name.
@@ -342,6 +368,21 @@ class StoreBase:
         )
         return int(row.n) if row is not None else 0
 
+    async def task_list_backlogs(
+        self, namespace: str, limit: int
+    ) -> list[tuple[str, str, int, datetime]]:
+        """(kind, task list, tasks waiting, the oldest one's creation) for each
+        task list of the namespace with a task waiting, by name; at most `limit`."""
+        t = tasks.c
+        rows = await self._rows(
+            select(t.kind, t.task_list, func.count().label("n"), func.min(t.created_at).label("at"))
+            .where(t.namespace == namespace)
+            .group_by(t.kind, t.task_list)
+            .order_by(t.task_list, t.kind)
+            .limit(limit)
+        )
+        return [(r.kind, r.task_list, int(r.n), aware(r.at)) for r in rows]
+
     # -- pollers and registrations -------------------------------------------------
 
     async def record_pollers(self, sightings: list[tuple[TaskListKey, str, float]]) -> None:
@@ -387,6 +428,24 @@ class StoreBase:
             .order_by(pollers.c.last_seen.desc())
         )
         return [(r.identity, aware(r.last_seen)) for r in rows]
+
+    async def namespace_pollers(
+        self, namespace: str, since: timedelta, limit: int
+    ) -> list[tuple[TaskListKey, str, datetime]]:
+        """(task list, identity, last seen) of every poller of the namespace seen
+        within `since`; at most `limit`, the latest first."""
+        cutoff = naive((utcnow() - since).timestamp())
+        p = pollers.c
+        rows = await self._rows(
+            select(p.kind, p.task_list, p.identity, p.last_seen)
+            .where(p.namespace == namespace, p.last_seen >= cutoff)
+            .order_by(p.last_seen.desc())
+            .limit(limit)
+        )
+        return [
+            (TaskListKey(namespace, r.kind, r.task_list), r.identity, aware(r.last_seen))
+            for r in rows
+        ]
 
     async def register_type(
         self, kind: str, namespace: str, name: str, version: str, values: dict[str, Any]
@@ -476,3 +535,29 @@ class StoreBase:
                 if n == 1:
                     raise
         raise AssertionError("unreachable")
+
+
+def run_filter(
+    namespace: str,
+    workflow_type: str,
+    workflow_id_prefix: str,
+    task_list: str,
+    start_from: datetime | None,
+    start_to: datetime | None,
+) -> list[Any]:
+    """The conditions listing and counting runs share."""
+    where: list[Any] = [runs.c.namespace == namespace]
+    if workflow_type:
+        where.append(runs.c.workflow_type == workflow_type)
+    if workflow_id_prefix:
+        # Not LIKE: SQLite's LIKE ignores case, and `%`/`_` in ids would match anything.
+        where.append(
+            func.substr(runs.c.workflow_id, 1, len(workflow_id_prefix)) == workflow_id_prefix
+        )
+    if task_list:
+        where.append(runs.c.task_list == task_list)
+    if start_from is not None:
+        where.append(runs.c.start_time >= start_from.replace(tzinfo=None))
+    if start_to is not None:
+        where.append(runs.c.start_time < start_to.replace(tzinfo=None))
+    return where

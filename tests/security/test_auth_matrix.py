@@ -74,6 +74,7 @@ ALLOWED: dict[str, set[str]] = {
     "GetWorkflowHistory": ADMINS | {"starter", "reader", "worker"},
     "DescribeWorkflow": ADMINS | {"starter", "reader"},
     "ListWorkflows": ADMINS | {"starter", "reader"},
+    "CountWorkflows": ADMINS | {"starter", "reader"},
     "PollForDecisionTask": ADMINS | {"worker"},
     "RespondDecisionTaskCompleted": ADMINS | {"worker"},
     "RespondDecisionTaskFailed": ADMINS | {"worker"},
@@ -83,6 +84,7 @@ ALLOWED: dict[str, set[str]] = {
     "RespondActivityTaskFailed": ADMINS | {"worker"},
     "RespondActivityTaskCanceled": ADMINS | {"worker"},
     "DescribeTaskList": ADMINS | {"worker", "reader"},
+    "ListTaskLists": ADMINS | {"reader"},
     "RegisterWorkflowType": ADMINS | {"worker"},
     "RegisterActivityType": ADMINS | {"worker"},
     "ListLocks": ADMINS | {"reader"},
@@ -259,6 +261,8 @@ def requests(setup: Setup) -> dict[str, Callable[[], Any]]:
         ),
         "DescribeWorkflow": lambda: s.DescribeWorkflowRequest(namespace="default", execution=ex),
         "ListWorkflows": lambda: s.ListWorkflowsRequest(namespace="default"),
+        "CountWorkflows": lambda: s.CountWorkflowsRequest(namespace="default"),
+        "ListTaskLists": lambda: s.ListTaskListsRequest(namespace="default"),
         "PollForDecisionTask": lambda: s.PollForDecisionTaskRequest(
             namespace="default", task_list="tl-none"
         ),

@@ -325,6 +325,7 @@ class GetWorkflowHistoryRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     WAIT_NEW_EVENT_FIELD_NUMBER: _builtins.int
+    FIRST_EVENT_ID_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     page_size: _builtins.int
     """At most this many events (default and maximum 1000)."""
@@ -333,6 +334,8 @@ class GetWorkflowHistoryRequest(_message.Message):
     """When there is nothing past the page token yet, wait (up to the long-poll
     time) for the next event instead of answering at once.
     """
+    first_event_id: _builtins.int
+    """Without a page token: the first event to send (0 or 1: the first of all)."""
     @_builtins.property
     def execution(self) -> _common_pb2.WorkflowExecution: ...
     def __init__(
@@ -343,10 +346,11 @@ class GetWorkflowHistoryRequest(_message.Message):
         page_size: _builtins.int = ...,
         next_page_token: _builtins.bytes = ...,
         wait_new_event: _builtins.bool = ...,
+        first_event_id: _builtins.int = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "namespace", b"namespace", "next_page_token", b"next_page_token", "page_size", b"page_size", "wait_new_event", b"wait_new_event"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["execution", b"execution", "first_event_id", b"first_event_id", "namespace", b"namespace", "next_page_token", b"next_page_token", "page_size", b"page_size", "wait_new_event", b"wait_new_event"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -602,12 +606,22 @@ class ListWorkflowsRequest(_message.Message):
     PAGE_SIZE_FIELD_NUMBER: _builtins.int
     NEXT_PAGE_TOKEN_FIELD_NUMBER: _builtins.int
     WORKFLOW_ID_FIELD_NUMBER: _builtins.int
+    STATUS_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    TASK_LIST_FIELD_NUMBER: _builtins.int
     namespace: _builtins.str
     status_filter: Global___StatusFilter.ValueType
     workflow_type: _builtins.str
     page_size: _builtins.int
     next_page_token: _builtins.bytes
     workflow_id: _builtins.str
+    status: _common_pb2.WorkflowStatus.ValueType
+    """One status exactly (open, or a close status); when set, status_filter is
+    ignored.
+    """
+    workflow_id_prefix: _builtins.str
+    """Runs whose workflow id starts with this (workflow_id, when set, wins)."""
+    task_list: _builtins.str
     @_builtins.property
     def start_time_from(self) -> _timestamp_pb2.Timestamp: ...
     @_builtins.property
@@ -623,10 +637,13 @@ class ListWorkflowsRequest(_message.Message):
         page_size: _builtins.int = ...,
         next_page_token: _builtins.bytes = ...,
         workflow_id: _builtins.str = ...,
+        status: _common_pb2.WorkflowStatus.ValueType = ...,
+        workflow_id_prefix: _builtins.str = ...,
+        task_list: _builtins.str = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _typing.Literal["start_time_from", b"start_time_from", "start_time_to", b"start_time_to"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "next_page_token", b"next_page_token", "page_size", b"page_size", "start_time_from", b"start_time_from", "start_time_to", b"start_time_to", "status_filter", b"status_filter", "workflow_id", b"workflow_id", "workflow_type", b"workflow_type"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "next_page_token", b"next_page_token", "page_size", b"page_size", "start_time_from", b"start_time_from", "start_time_to", b"start_time_to", "status", b"status", "status_filter", b"status_filter", "task_list", b"task_list", "workflow_id", b"workflow_id", "workflow_id_prefix", b"workflow_id_prefix", "workflow_type", b"workflow_type"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -654,6 +671,86 @@ class ListWorkflowsResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___ListWorkflowsResponse: _TypeAlias = ListWorkflowsResponse  # noqa: Y015
+
+@_typing.final
+class CountWorkflowsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_TYPE_FIELD_NUMBER: _builtins.int
+    WORKFLOW_ID_PREFIX_FIELD_NUMBER: _builtins.int
+    TASK_LIST_FIELD_NUMBER: _builtins.int
+    START_TIME_FROM_FIELD_NUMBER: _builtins.int
+    START_TIME_TO_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    workflow_type: _builtins.str
+    workflow_id_prefix: _builtins.str
+    task_list: _builtins.str
+    @_builtins.property
+    def start_time_from(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def start_time_to(self) -> _timestamp_pb2.Timestamp: ...
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+        workflow_type: _builtins.str = ...,
+        workflow_id_prefix: _builtins.str = ...,
+        task_list: _builtins.str = ...,
+        start_time_from: _timestamp_pb2.Timestamp | None = ...,
+        start_time_to: _timestamp_pb2.Timestamp | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["start_time_from", b"start_time_from", "start_time_to", b"start_time_to"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace", "start_time_from", b"start_time_from", "start_time_to", b"start_time_to", "task_list", b"task_list", "workflow_id_prefix", b"workflow_id_prefix", "workflow_type", b"workflow_type"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountWorkflowsRequest: _TypeAlias = CountWorkflowsRequest  # noqa: Y015
+
+@_typing.final
+class StatusCount(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    STATUS_FIELD_NUMBER: _builtins.int
+    COUNT_FIELD_NUMBER: _builtins.int
+    status: _common_pb2.WorkflowStatus.ValueType
+    count: _builtins.int
+    def __init__(
+        self,
+        *,
+        status: _common_pb2.WorkflowStatus.ValueType = ...,
+        count: _builtins.int = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["count", b"count", "status", b"status"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___StatusCount: _TypeAlias = StatusCount  # noqa: Y015
+
+@_typing.final
+class CountWorkflowsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    COUNTS_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def counts(self) -> _containers.RepeatedCompositeFieldContainer[Global___StatusCount]:
+        """Statuses with at least one run."""
+
+    def __init__(
+        self,
+        *,
+        counts: _abc.Iterable[Global___StatusCount] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["counts", b"counts"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___CountWorkflowsResponse: _TypeAlias = CountWorkflowsResponse  # noqa: Y015
 
 @_typing.final
 class PollForDecisionTaskRequest(_message.Message):
@@ -1191,6 +1288,87 @@ class DescribeTaskListResponse(_message.Message):
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
 Global___DescribeTaskListResponse: _TypeAlias = DescribeTaskListResponse  # noqa: Y015
+
+@_typing.final
+class ListTaskListsRequest(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAMESPACE_FIELD_NUMBER: _builtins.int
+    namespace: _builtins.str
+    def __init__(
+        self,
+        *,
+        namespace: _builtins.str = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["namespace", b"namespace"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskListsRequest: _TypeAlias = ListTaskListsRequest  # noqa: Y015
+
+@_typing.final
+class TaskListInfo(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    NAME_FIELD_NUMBER: _builtins.int
+    KIND_FIELD_NUMBER: _builtins.int
+    BACKLOG_FIELD_NUMBER: _builtins.int
+    OLDEST_TASK_TIME_FIELD_NUMBER: _builtins.int
+    POLLERS_FIELD_NUMBER: _builtins.int
+    name: _builtins.str
+    kind: _common_pb2.TaskListKind.ValueType
+    backlog: _builtins.int
+    """Tasks waiting for a poller, and when the oldest of them was created."""
+    @_builtins.property
+    def oldest_task_time(self) -> _timestamp_pb2.Timestamp: ...
+    @_builtins.property
+    def pollers(self) -> _containers.RepeatedCompositeFieldContainer[Global___Poller]:
+        """Pollers seen in the last five minutes, newest first."""
+
+    def __init__(
+        self,
+        *,
+        name: _builtins.str = ...,
+        kind: _common_pb2.TaskListKind.ValueType = ...,
+        backlog: _builtins.int = ...,
+        oldest_task_time: _timestamp_pb2.Timestamp | None = ...,
+        pollers: _abc.Iterable[Global___Poller] | None = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _typing.Literal["oldest_task_time", b"oldest_task_time"]  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["backlog", b"backlog", "kind", b"kind", "name", b"name", "oldest_task_time", b"oldest_task_time", "pollers", b"pollers"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___TaskListInfo: _TypeAlias = TaskListInfo  # noqa: Y015
+
+@_typing.final
+class ListTaskListsResponse(_message.Message):
+    DESCRIPTOR: _descriptor.Descriptor
+
+    TASK_LISTS_FIELD_NUMBER: _builtins.int
+    TRUNCATED_FIELD_NUMBER: _builtins.int
+    truncated: _builtins.bool
+    """More task lists than were sent."""
+    @_builtins.property
+    def task_lists(self) -> _containers.RepeatedCompositeFieldContainer[Global___TaskListInfo]:
+        """By name, decision before activity; at most 1000."""
+
+    def __init__(
+        self,
+        *,
+        task_lists: _abc.Iterable[Global___TaskListInfo] | None = ...,
+        truncated: _builtins.bool = ...,
+    ) -> None: ...
+    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["task_lists", b"task_lists", "truncated", b"truncated"]  # noqa: Y015
+    def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
+    def WhichOneof(self, oneof_group: _Never) -> None: ...
+
+Global___ListTaskListsResponse: _TypeAlias = ListTaskListsResponse  # noqa: Y015
 
 @_typing.final
 class RegisterWorkflowTypeRequest(_message.Message):

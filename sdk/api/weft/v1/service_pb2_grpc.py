@@ -76,6 +76,11 @@ class WorkflowServiceStub:
                 request_serializer=weft_dot_v1_dot_service__pb2.ListWorkflowsRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_service__pb2.ListWorkflowsResponse.FromString,
                 _registered_method=True)
+        self.CountWorkflows = channel.unary_unary(
+                '/weft.v1.WorkflowService/CountWorkflows',
+                request_serializer=weft_dot_v1_dot_service__pb2.CountWorkflowsRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_service__pb2.CountWorkflowsResponse.FromString,
+                _registered_method=True)
         self.PollForDecisionTask = channel.unary_unary(
                 '/weft.v1.WorkflowService/PollForDecisionTask',
                 request_serializer=weft_dot_v1_dot_service__pb2.PollForDecisionTaskRequest.SerializeToString,
@@ -120,6 +125,11 @@ class WorkflowServiceStub:
                 '/weft.v1.WorkflowService/DescribeTaskList',
                 request_serializer=weft_dot_v1_dot_service__pb2.DescribeTaskListRequest.SerializeToString,
                 response_deserializer=weft_dot_v1_dot_service__pb2.DescribeTaskListResponse.FromString,
+                _registered_method=True)
+        self.ListTaskLists = channel.unary_unary(
+                '/weft.v1.WorkflowService/ListTaskLists',
+                request_serializer=weft_dot_v1_dot_service__pb2.ListTaskListsRequest.SerializeToString,
+                response_deserializer=weft_dot_v1_dot_service__pb2.ListTaskListsResponse.FromString,
                 _registered_method=True)
         self.RegisterWorkflowType = channel.unary_unary(
                 '/weft.v1.WorkflowService/RegisterWorkflowType',
@@ -206,6 +216,13 @@ class WorkflowServiceServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CountWorkflows(self, request, context):
+        """How many runs have each status, under the filters of ListWorkflows.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def PollForDecisionTask(self, request, context):
         """Missing associated documentation comment in .proto file."""
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -256,6 +273,14 @@ class WorkflowServiceServicer:
 
     def DescribeTaskList(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListTaskLists(self, request, context):
+        """Every task list of the namespace with tasks waiting or a poller seen
+        recently: its backlog, the oldest waiting task, its pollers.
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -341,6 +366,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     request_deserializer=weft_dot_v1_dot_service__pb2.ListWorkflowsRequest.FromString,
                     response_serializer=weft_dot_v1_dot_service__pb2.ListWorkflowsResponse.SerializeToString,
             ),
+            'CountWorkflows': grpc.unary_unary_rpc_method_handler(
+                    servicer.CountWorkflows,
+                    request_deserializer=weft_dot_v1_dot_service__pb2.CountWorkflowsRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_service__pb2.CountWorkflowsResponse.SerializeToString,
+            ),
             'PollForDecisionTask': grpc.unary_unary_rpc_method_handler(
                     servicer.PollForDecisionTask,
                     request_deserializer=weft_dot_v1_dot_service__pb2.PollForDecisionTaskRequest.FromString,
@@ -385,6 +415,11 @@ def add_WorkflowServiceServicer_to_server(servicer, server):
                     servicer.DescribeTaskList,
                     request_deserializer=weft_dot_v1_dot_service__pb2.DescribeTaskListRequest.FromString,
                     response_serializer=weft_dot_v1_dot_service__pb2.DescribeTaskListResponse.SerializeToString,
+            ),
+            'ListTaskLists': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListTaskLists,
+                    request_deserializer=weft_dot_v1_dot_service__pb2.ListTaskListsRequest.FromString,
+                    response_serializer=weft_dot_v1_dot_service__pb2.ListTaskListsResponse.SerializeToString,
             ),
             'RegisterWorkflowType': grpc.unary_unary_rpc_method_handler(
                     servicer.RegisterWorkflowType,
@@ -646,6 +681,33 @@ class WorkflowService:
             _registered_method=True)
 
     @staticmethod
+    def CountWorkflows(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.WorkflowService/CountWorkflows',
+            weft_dot_v1_dot_service__pb2.CountWorkflowsRequest.SerializeToString,
+            weft_dot_v1_dot_service__pb2.CountWorkflowsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
     def PollForDecisionTask(request,
             target,
             options=(),
@@ -878,6 +940,33 @@ class WorkflowService:
             '/weft.v1.WorkflowService/DescribeTaskList',
             weft_dot_v1_dot_service__pb2.DescribeTaskListRequest.SerializeToString,
             weft_dot_v1_dot_service__pb2.DescribeTaskListResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListTaskLists(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/weft.v1.WorkflowService/ListTaskLists',
+            weft_dot_v1_dot_service__pb2.ListTaskListsRequest.SerializeToString,
+            weft_dot_v1_dot_service__pb2.ListTaskListsResponse.FromString,
             options,
             channel_credentials,
             insecure,

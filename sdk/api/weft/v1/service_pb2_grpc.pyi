@@ -43,6 +43,8 @@ class WorkflowServiceStub:
     GetWorkflowHistory: _grpc.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowHistoryRequest, _service_pb2.GetWorkflowHistoryResponse]
     DescribeWorkflow: _grpc.UnaryUnaryMultiCallable[_service_pb2.DescribeWorkflowRequest, _service_pb2.DescribeWorkflowResponse]
     ListWorkflows: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListWorkflowsRequest, _service_pb2.ListWorkflowsResponse]
+    CountWorkflows: _grpc.UnaryUnaryMultiCallable[_service_pb2.CountWorkflowsRequest, _service_pb2.CountWorkflowsResponse]
+    """How many runs have each status, under the filters of ListWorkflows."""
     PollForDecisionTask: _grpc.UnaryUnaryMultiCallable[_service_pb2.PollForDecisionTaskRequest, _service_pb2.PollForDecisionTaskResponse]
     RespondDecisionTaskCompleted: _grpc.UnaryUnaryMultiCallable[_service_pb2.RespondDecisionTaskCompletedRequest, _service_pb2.RespondDecisionTaskCompletedResponse]
     RespondDecisionTaskFailed: _grpc.UnaryUnaryMultiCallable[_service_pb2.RespondDecisionTaskFailedRequest, _service_pb2.RespondDecisionTaskFailedResponse]
@@ -52,6 +54,10 @@ class WorkflowServiceStub:
     RespondActivityTaskFailed: _grpc.UnaryUnaryMultiCallable[_service_pb2.RespondActivityTaskFailedRequest, _service_pb2.RespondActivityTaskFailedResponse]
     RespondActivityTaskCanceled: _grpc.UnaryUnaryMultiCallable[_service_pb2.RespondActivityTaskCanceledRequest, _service_pb2.RespondActivityTaskCanceledResponse]
     DescribeTaskList: _grpc.UnaryUnaryMultiCallable[_service_pb2.DescribeTaskListRequest, _service_pb2.DescribeTaskListResponse]
+    ListTaskLists: _grpc.UnaryUnaryMultiCallable[_service_pb2.ListTaskListsRequest, _service_pb2.ListTaskListsResponse]
+    """Every task list of the namespace with tasks waiting or a poller seen
+    recently: its backlog, the oldest waiting task, its pollers.
+    """
     RegisterWorkflowType: _grpc.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkflowTypeRequest, _service_pb2.RegisterWorkflowTypeResponse]
     RegisterActivityType: _grpc.UnaryUnaryMultiCallable[_service_pb2.RegisterActivityTypeRequest, _service_pb2.RegisterActivityTypeResponse]
     RegisterWorker: _grpc.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkerRequest, _service_pb2.RegisterWorkerResponse]
@@ -77,6 +83,8 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     GetWorkflowHistory: _aio.UnaryUnaryMultiCallable[_service_pb2.GetWorkflowHistoryRequest, _service_pb2.GetWorkflowHistoryResponse]  # type: ignore[assignment]
     DescribeWorkflow: _aio.UnaryUnaryMultiCallable[_service_pb2.DescribeWorkflowRequest, _service_pb2.DescribeWorkflowResponse]  # type: ignore[assignment]
     ListWorkflows: _aio.UnaryUnaryMultiCallable[_service_pb2.ListWorkflowsRequest, _service_pb2.ListWorkflowsResponse]  # type: ignore[assignment]
+    CountWorkflows: _aio.UnaryUnaryMultiCallable[_service_pb2.CountWorkflowsRequest, _service_pb2.CountWorkflowsResponse]  # type: ignore[assignment]
+    """How many runs have each status, under the filters of ListWorkflows."""
     PollForDecisionTask: _aio.UnaryUnaryMultiCallable[_service_pb2.PollForDecisionTaskRequest, _service_pb2.PollForDecisionTaskResponse]  # type: ignore[assignment]
     RespondDecisionTaskCompleted: _aio.UnaryUnaryMultiCallable[_service_pb2.RespondDecisionTaskCompletedRequest, _service_pb2.RespondDecisionTaskCompletedResponse]  # type: ignore[assignment]
     RespondDecisionTaskFailed: _aio.UnaryUnaryMultiCallable[_service_pb2.RespondDecisionTaskFailedRequest, _service_pb2.RespondDecisionTaskFailedResponse]  # type: ignore[assignment]
@@ -86,6 +94,10 @@ class WorkflowServiceAsyncStub(WorkflowServiceStub):
     RespondActivityTaskFailed: _aio.UnaryUnaryMultiCallable[_service_pb2.RespondActivityTaskFailedRequest, _service_pb2.RespondActivityTaskFailedResponse]  # type: ignore[assignment]
     RespondActivityTaskCanceled: _aio.UnaryUnaryMultiCallable[_service_pb2.RespondActivityTaskCanceledRequest, _service_pb2.RespondActivityTaskCanceledResponse]  # type: ignore[assignment]
     DescribeTaskList: _aio.UnaryUnaryMultiCallable[_service_pb2.DescribeTaskListRequest, _service_pb2.DescribeTaskListResponse]  # type: ignore[assignment]
+    ListTaskLists: _aio.UnaryUnaryMultiCallable[_service_pb2.ListTaskListsRequest, _service_pb2.ListTaskListsResponse]  # type: ignore[assignment]
+    """Every task list of the namespace with tasks waiting or a poller seen
+    recently: its backlog, the oldest waiting task, its pollers.
+    """
     RegisterWorkflowType: _aio.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkflowTypeRequest, _service_pb2.RegisterWorkflowTypeResponse]  # type: ignore[assignment]
     RegisterActivityType: _aio.UnaryUnaryMultiCallable[_service_pb2.RegisterActivityTypeRequest, _service_pb2.RegisterActivityTypeResponse]  # type: ignore[assignment]
     RegisterWorker: _aio.UnaryUnaryMultiCallable[_service_pb2.RegisterWorkerRequest, _service_pb2.RegisterWorkerResponse]  # type: ignore[assignment]
@@ -158,6 +170,14 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
     ) -> _typing.Union[_service_pb2.ListWorkflowsResponse, _abc.Awaitable[_service_pb2.ListWorkflowsResponse]]: ...
 
     @_abc_1.abstractmethod
+    def CountWorkflows(
+        self,
+        request: _service_pb2.CountWorkflowsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.CountWorkflowsResponse, _abc.Awaitable[_service_pb2.CountWorkflowsResponse]]:
+        """How many runs have each status, under the filters of ListWorkflows."""
+
+    @_abc_1.abstractmethod
     def PollForDecisionTask(
         self,
         request: _service_pb2.PollForDecisionTaskRequest,
@@ -219,6 +239,16 @@ class WorkflowServiceServicer(metaclass=_abc_1.ABCMeta):
         request: _service_pb2.DescribeTaskListRequest,
         context: _ServicerContext,
     ) -> _typing.Union[_service_pb2.DescribeTaskListResponse, _abc.Awaitable[_service_pb2.DescribeTaskListResponse]]: ...
+
+    @_abc_1.abstractmethod
+    def ListTaskLists(
+        self,
+        request: _service_pb2.ListTaskListsRequest,
+        context: _ServicerContext,
+    ) -> _typing.Union[_service_pb2.ListTaskListsResponse, _abc.Awaitable[_service_pb2.ListTaskListsResponse]]:
+        """Every task list of the namespace with tasks waiting or a poller seen
+        recently: its backlog, the oldest waiting task, its pollers.
+        """
 
     @_abc_1.abstractmethod
     def RegisterWorkflowType(
