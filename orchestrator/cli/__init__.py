@@ -24,6 +24,7 @@ from orchestrator.cli import (
     replay_cmd,
     schedule_cmd,
     server_cmd,
+    ui_cmd,
     worker_cmds,
     workflow_cmds,
 )
@@ -53,6 +54,7 @@ for command in (
     *cluster_cmds.COMMANDS,
     *doctor_cmd.COMMANDS,
     *schedule_cmd.COMMANDS,
+    *ui_cmd.COMMANDS,
 ):
     cli.add_command(command)
 

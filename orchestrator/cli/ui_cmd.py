@@ -1,0 +1,90 @@
+"""`weft ui`: serve the web UI (the `webui` package) as a process of its own.
+
+It talks to the server as any client does (`--address`, `--namespace`, the TLS
+and API key options); `--api-key` is what visitors who have not logged in use.
+It listens on loopback by default: another address is refused unless the UI
+serves HTTPS (`--https-cert`/`--https-key`) or `--insecure` is given.
+"""
+
+from __future__ import annotations
+
+import click
+
+from orchestrator.cli.errors import EXIT_USAGE, fail
+from orchestrator.cli.params import ADDRESS, client_api_key, client_tls, server_options
+
+_FILE = click.Path(exists=True, dir_okay=False)
+
+
+@click.command()
+@server_options
+@click.option(
+    "--listen",
+    type=ADDRESS,
+    envvar="WEFT_UI_LISTEN",
+    default="127.0.0.1:7401",
+    show_default=True,
+    help="HOST:PORT the UI serves HTTP on",
+)
+@click.option(
+    "--https-cert", envvar="WEFT_UI_HTTPS_CERT", type=_FILE, help="PEM certificate: serve HTTPS"
+)
+@click.option(
+    "--https-key", envvar="WEFT_UI_HTTPS_KEY", type=_FILE, help="PEM private key of --https-cert"
+)
+@click.option(
+    "--insecure",
+    is_flag=True,
+    envvar="WEFT_UI_INSECURE",
+    help="serve plain HTTP on a non-loopback address anyway",
+)
+@click.option(
+    "--log-level",
+    type=click.Choice(["debug", "info", "warning", "error"]),
+    default="warning",
+    show_default=True,
+)
+def ui(
+    address: str,
+    namespace: str,
+    listen: str,
+    https_cert: str | None,
+    https_key: str | None,
+    insecure: bool,
+    log_level: str,
+) -> None:
+    """Serve the web UI: runs, histories, timelines, steps, locks, task lists."""
+    import uvicorn
+
+    from webui import UiConfig, create_app
+
+    config = UiConfig(
+        address=address,
+        namespace=namespace,
+        listen=listen,
+        tls=client_tls(),
+        api_key=client_api_key(),
+        https_cert=https_cert,
+        https_key=https_key,
+        insecure=insecure,
+    )
+    refusal = config.refusal()
+    if refusal:
+        fail("ui", refusal, EXIT_USAGE)
+    host, _, port = listen.rpartition(":")
+    scheme = "https" if config.https else "http"
+    click.echo(f"weft ui: serving {scheme}://{listen} for the server at {address}", err=True)
+    uvicorn.run(
+        create_app(config),
+        host=host.strip("[]"),
+        port=int(port),
+        ssl_certfile=https_cert,
+        ssl_keyfile=https_key,
+        log_level=log_level,
+        access_log=log_level == "debug",
+        proxy_headers=False,
+        server_header=False,
+    )
+
+
+COMMANDS = (ui,)
