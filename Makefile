@@ -5,7 +5,7 @@ BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 PYTEST_ARGS ?=
 
-.PHONY: run workers test lint typecheck proto proto-check clean
+.PHONY: run ui workers test browser lint typecheck proto proto-check clean
 
 $(STAMP): pyproject.toml
 	test -x $(BIN)/python || $(PY) -m venv $(VENV)
@@ -16,6 +16,10 @@ $(STAMP): pyproject.toml
 run: $(STAMP)
 	$(BIN)/weft server
 
+# The web UI beside `make run`: http://127.0.0.1:7401 (README "Web UI").
+ui: $(STAMP)
+	$(BIN)/weft ui
+
 # The order example's worker processes: its decider, a runner for `orders` and
 # one for the card charges on `pci`. Ctrl-C reaches all three; each drains, then exits.
 workers: $(STAMP)
@@ -24,7 +28,11 @@ workers: $(STAMP)
 	$(BIN)/weft runner --task-list pci --identity pci-runner examples.order & \
 	wait
 
-test: $(STAMP)
+# Debian's chromium for the web UI's browser tests (quiet when it is there).
+browser:
+	sh scripts/install_browser.sh
+
+test: $(STAMP) browser
 	$(BIN)/python scripts/gen_proto.py --check
 	$(BIN)/ruff check .
 	$(BIN)/ruff format --check .
