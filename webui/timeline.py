@@ -381,9 +381,11 @@ def _axis(
             # Each new day's first tick says which day (the caption has the year).
             text = moment.strftime("%d %b ") + text if day is not None else text
         day = moment.date()
+        # A label at the right edge ends there rather than being cut off.
+        anchor = "end" if x > LABEL_WIDTH + plot - 4 * len(text) else "middle"
         out.append(
             f'<line x1="{x:.1f}" y1="{AXIS_HEIGHT - 8}" x2="{x:.1f}" y2="{height - 4}"/>'
-            f'<text x="{x:.1f}" y="{AXIS_HEIGHT - 11}" text-anchor="middle">{text}</text>'
+            f'<text x="{x:.1f}" y="{AXIS_HEIGHT - 11}" text-anchor="{anchor}">{text}</text>'
         )
         tick = first + round((tick - first) / step + 1) * step
     out.append("</g>")

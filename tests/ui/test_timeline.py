@@ -139,6 +139,9 @@ def test_timers_children_and_decision_tasks() -> None:
     h.add("ChildWorkflowFailed", workflow_id="order-7", started_event_id=child, reason="no")
     other = h.add("ChildWorkflowStarted", workflow_id="order-8", run_id="r2")
     h.add("ChildWorkflowTerminated", workflow_id="order-8", started_event_id=other)
+    dropped = h.add("ActivityScheduled", activity_id="9", activity_type={"name": "late"})
+    h.add("ActivityCancelRequested", activity_id="9")
+    h.add("ActivityCanceled", scheduled_event_id=dropped)
     h.add("WorkflowFailed", reason="ChildFailed")
     timeline = build_timeline(h.events, now=T0)
 
@@ -149,8 +152,11 @@ def test_timers_children_and_decision_tasks() -> None:
     assert [s.state for s in lane_by_label(timeline, "timer t2").segments] == ["canceled"]
     assert [s.state for s in lane_by_label(timeline, "child order-7 · o").segments] == ["failed"]
     assert [s.state for s in lane_by_label(timeline, "child order-8").segments] == ["failed"]
+    # Cancelled before it started: its only segment says so.
+    assert [s.state for s in lane_by_label(timeline, "activity 9 · late").segments] == ["canceled"]
     assert [(p.type, p.label) for p in timeline.points] == [
         ("WorkflowStarted", "started orders"),
+        ("ActivityCancelRequested", "cancel activity 9"),
         ("WorkflowFailed", "WorkflowFailed: ChildFailed"),
     ]
 
