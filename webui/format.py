@@ -25,6 +25,8 @@ _SUMMARY_KEYS = (
     "timeout_type",
     "reason",
     "cause",
+    "input",
+    "result",
 )
 
 

@@ -96,6 +96,12 @@ def test_login_then_a_reader_is_refused_terminate(auth_stack: AuthStack, page: A
     shot(page, "refused")
     assert auth_stack.admin.describe(auth_stack.workflow_id).status == "open"
 
+    # Its decision task waits on a list no decider polls: the page says so.
+    page.goto(ui.url + "/namespaces/default/task-lists")
+    nobody = page.locator('tr.task-list[data-task-list="nobody"][data-kind="decision"]')
+    expect(nobody).to_contain_text("no poller was seen")
+    shot(page, "task-list-warning")
+
     page.click('button:has-text("Log out")')
     expect(page).to_have_url(re.compile(r"/login$"))
     page.goto(ui.url + "/namespaces/default/locks")

@@ -191,6 +191,16 @@ def test_a_step_workflow_shows_its_steps(stack: Stack, page: Any) -> None:
     expect(page).to_have_url(re.compile(r"step=wait_go"))
     expect(page.locator('li.step.selected[data-step="wait_go"]')).to_be_visible()
 
+    # Replay from the start, in place (the run is open), after a confirmation.
+    before = len(stack.client.history(workflow_id))
+    page.locator('input[name="mode"][value="from_start"]').check()
+    page.locator('button:has-text("Replay")').click()
+    expect(page.locator("#action-result .outcome.confirm")).to_contain_text("from the start")
+    assert len(stack.client.history(workflow_id)) == before
+    page.locator("#action-result button.confirm").click()
+    expect(page.locator("#action-result .outcome.done")).to_contain_text("in place")
+    wait_for(lambda: len(stack.client.history(workflow_id)) > before)
+
 
 def test_a_lock_and_its_queue(stack: Stack, page: Any) -> None:
     runs = []
@@ -240,6 +250,10 @@ def test_task_lists_with_their_pollers(stack: Stack, page: Any) -> None:
         page.locator('tr.task-list[data-task-list="pci"][data-kind="activity"]')
     ).to_contain_text("runner")
     shot(page, "task-lists")
+    # The runs page once the other tests have left runs of every kind (README).
+    page.goto(stack.ui.url + "/namespaces/default/runs")
+    expect(page.locator("tr.run").first).to_be_visible()
+    shot(page, "runs-all")
 
 
 def test_pages_read_with_javascript_off(stack: Stack, browser: Any) -> None:
