@@ -1,10 +1,11 @@
 """The UI's side of the service: one SDK client per (person's key, namespace),
 and a bounded cache of closed runs' histories.
 
-A closed run's history never changes, so it is fetched once and kept (a
-timeline redrawn at another zoom, a history page turned); open runs are read
-afresh. The cache is shared by everyone using the UI: a page serves from it only
-after a call made with the visitor's own key (`describe`) has let them see the run.
+Events never change once written, so what the UI read of a run is kept (a
+timeline redrawn at another zoom or as an open run goes on, a history page
+turned) and only newer events are fetched. The cache is shared by everyone
+using the UI: a page serves from it only after a call made with the visitor's
+own key (`describe`) has let them see the run.
 """
 
 from __future__ import annotations
@@ -17,8 +18,9 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sdk.client import AsyncClient
-from sdk.events import Event
+from sdk.events import CLOSE_TYPES, Event
 from sdk.retry import RetryPolicy
+from sdk.visibility import MAX_PAGE
 from sdk.workflows import WorkflowInfo
 from webui.config import UiConfig
 
@@ -65,7 +67,8 @@ class Clients:
 
 
 class HistoryCache:
-    """Whole histories of closed runs, bounded in runs and in events."""
+    """Histories read so far (whole for a closed run, its start for an open one),
+    bounded in runs and in events."""
 
     def __init__(self, *, max_runs: int, max_events: int) -> None:
         self.max_runs = max_runs
@@ -80,8 +83,10 @@ class HistoryCache:
         return events
 
     def put(self, key: tuple[str, str, str], events: list[Event]) -> None:
-        if len(events) > self.max_events or key in self._runs:
+        """Keep `events` (the whole history, or the start of an open run's)."""
+        if len(events) > self.max_events:
             return
+        self._events -= len(self._runs.pop(key, []))
         self._runs[key] = events
         self._events += len(events)
         while len(self._runs) > self.max_runs or self._events > self.max_events:
@@ -92,15 +97,26 @@ class HistoryCache:
 async def whole_history(
     client: AsyncClient, cache: HistoryCache, info: WorkflowInfo
 ) -> list[Event]:
-    """The run's whole history; from the cache when the run is closed. The caller
-    has described the run with the visitor's client (the cache is shared)."""
+    """The run's whole history. Events never change once written, so what was read
+    before is kept and only the events after it are fetched (an open run's timeline,
+    redrawn every few seconds, reads its new events only). The caller has described
+    the run with the visitor's own client: the cache is shared."""
     key = (client.namespace, info.workflow_id, info.run_id)
-    cached = cache.get(key)
-    if cached is not None:
-        return cached
-    events = await client.history(info.workflow_id, run_id=info.run_id)
-    if info.status != "open":
-        cache.put(key, events)
+    known = cache.get(key) or []
+    if known and (known[-1].type in CLOSE_TYPES or len(known) >= info.history_length):
+        return known
+    events = list(known)
+    while True:
+        page = await client.history_page(
+            info.workflow_id,
+            run_id=info.run_id,
+            first_event_id=len(events) + 1,
+            page_size=MAX_PAGE,
+        )
+        events.extend(page.events)
+        if not page.next_event_id or not page.events:
+            break
+    cache.put(key, events)
     return events
 
 
@@ -114,11 +130,11 @@ class HistorySlice:
 async def history_slice(
     client: AsyncClient, cache: HistoryCache, info: WorkflowInfo, first: int, size: int
 ) -> HistorySlice:
-    """`size` events from `first` on: one page from the server (never the whole
-    history) unless the closed run is cached already."""
+    """`size` events from `first` on: from what the cache holds of the run when it
+    has them all, else one page from the server (never the whole history)."""
     key = (client.namespace, info.workflow_id, info.run_id)
     cached = cache.get(key)
-    if cached is None:
+    if cached is None or len(cached) < min(first - 1 + size, info.history_length):
         page = await client.history_page(
             info.workflow_id, run_id=info.run_id, first_event_id=first, page_size=size
         )

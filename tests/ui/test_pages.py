@@ -304,3 +304,31 @@ def test_forms_without_the_csrf_token_are_refused(stack: Stack, page: Any) -> No
     assert answer.status == 400 and "CSRF" in answer.text()
     assert stack.client.describe(workflow_id).status == "open"
     stack.client.terminate(workflow_id, reason="test over")
+
+
+def test_a_long_history_is_paged_and_its_last_page_follows(stack: Stack, page: Any) -> None:
+    # No decider polls this list: the run takes every signal and does nothing.
+    run = stack.client.start_workflow(
+        "quiet",
+        {},
+        workflow_id=f"long-{uuid.uuid4().hex[:6]}",
+        task_list=f"nobody-{uuid.uuid4().hex[:6]}",
+    )
+    for i in range(230):
+        stack.client.signal(run.workflow_id, "tick", {"i": i})
+    total = len(stack.client.history(run.workflow_id))
+    assert total > 200
+    page.goto(stack.ui.url + run_path(run.workflow_id, run.run_id) + "/history")
+    expect(page.locator("tr.event")).to_have_count(100)
+    expect(page.locator("tr#live")).to_have_count(0)  # not the last page: it does not follow
+    page.click("a[rel=next]")
+    expect(page).to_have_url(re.compile(r"first=101$"))
+    expect(page.locator("tr.event").first).to_have_id("event-101")
+    page.click("a[rel=next]")
+    expect(page.locator("tr.event")).to_have_count(total - 200)
+    expect(page.locator("tr#live")).to_be_attached()
+    stack.client.signal(run.workflow_id, "tick", {"i": "last"})
+    expect(page.locator(f"tr#event-{total + 1}")).to_be_visible(timeout=10_000)
+    page.goto(stack.ui.url + run_path(run.workflow_id, run.run_id) + "/timeline")
+    expect(page.locator('#timeline g.point[data-type="Signal"]').first).to_be_attached()
+    stack.client.terminate(run.workflow_id, reason="test over")
