@@ -1,0 +1,71 @@
+"""`weft ui` without a browser: secure by default, and a server that cannot be
+reached said plainly on the page."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from tests.serverproc import WEFT, free_port
+from tests.ui.uiproc import UiProcess
+from webui.auth import safe_next
+from webui.sessions import SessionStore
+
+
+def weft_ui(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+    return subprocess.run(
+        [str(WEFT), "ui", *args],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=30,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_a_non_loopback_listen_needs_https_or_insecure() -> None:
+    refused = weft_ui("--listen", "0.0.0.0:7401")
+    assert refused.returncode == 2
+    assert "not a loopback address" in refused.stderr and "--insecure" in refused.stderr
+    assert len(refused.stderr.strip().splitlines()) == 1
+    half = weft_ui("--listen", "0.0.0.0:7401", "--https-cert", __file__)
+    assert half.returncode == 2 and "--https-key" in half.stderr
+
+
+def test_an_unreachable_server_is_said_on_the_page(tmp_path: Path) -> None:
+    ui = UiProcess(f"127.0.0.1:{free_port()}", tmp_path).start()
+    try:
+        try:
+            urllib.request.urlopen(ui.url + "/namespaces/default/runs", timeout=20)
+            raise AssertionError("no error")
+        except urllib.error.HTTPError as exc:
+            assert exc.code == 503
+            assert "UNAVAILABLE" in exc.read().decode()
+    finally:
+        ui.stop()
+
+
+def test_redirects_after_login_stay_on_the_site() -> None:
+    assert (
+        safe_next("/namespaces/default/runs?status=open") == "/namespaces/default/runs?status=open"
+    )
+    for outside in ("//evil.example/x", "https://evil.example/", "/\\evil.example", "javascript:x"):
+        assert safe_next(outside) == "/"
+
+
+def test_sessions_are_bounded_and_rotate() -> None:
+    store = SessionStore(idle_seconds=3600, max_sessions=3)
+    sessions = [store.new() for _ in range(5)]
+    assert store.get(sessions[0].sid) is None and store.get(sessions[4].sid) is sessions[4]
+    old = sessions[4]
+    old.api_key = "weft.k_000000000000.secret"
+    fresh = store.rotate(old)
+    assert store.get(old.sid) is None and fresh.sid != old.sid and fresh.csrf != old.csrf
+    assert fresh.api_key is None
+    assert (
+        fresh.check_csrf(fresh.csrf) and not fresh.check_csrf("") and not fresh.check_csrf(old.csrf)
+    )
