@@ -170,21 +170,24 @@ def create_app(config: UiConfig) -> Starlette:
         yield
         await ui.clients.close()
 
-    run = "/namespaces/{ns}/runs/{wid}/{rid}"
+    # A workflow id may hold "/" (sent as %2F, which the server decodes): it is
+    # matched as a path, the run id as the segment after it, the page's own routes
+    # before the run's.
+    run = "/namespaces/{ns}/runs/{wid:path}/{rid}"
     routes = [
         Route("/", _index),
         Route("/login", auth.login_page, methods=["GET"]),
         Route("/login", auth.login, methods=["POST"]),
         Route("/logout", auth.logout, methods=["POST"]),
         Route("/namespaces/{ns}/runs", runs.runs_page),
-        Route("/namespaces/{ns}/workflows/{wid}", runs.current_run),
-        Route(run, runs.run_page),
+        Route("/namespaces/{ns}/workflows/{wid:path}", runs.current_run),
         Route(run + "/history", runs.history_page),
         Route(run + "/history/after/{after:int}", runs.history_after),
         Route(run + "/timeline", runs.timeline_page),
         Route(run + "/timeline/svg", runs.timeline_fragment),
         Route(run + "/steps", runs.steps_page),
         Route(run + "/actions/{action}", actions.run_action, methods=["POST"]),
+        Route(run, runs.run_page),
         Route("/namespaces/{ns}/locks", cluster.locks_page),
         Route("/namespaces/{ns}/locks/release", actions.release_lock, methods=["POST"]),
         Route("/namespaces/{ns}/task-lists", cluster.task_lists_page),
