@@ -12,6 +12,7 @@ from pathlib import Path
 from tests.serverproc import WEFT, free_port
 from tests.ui.uiproc import UiProcess
 from webui.auth import safe_next
+from webui.config import UiConfig
 from webui.sessions import SessionStore
 
 
@@ -69,3 +70,32 @@ def test_sessions_are_bounded_and_rotate() -> None:
     assert (
         fresh.check_csrf(fresh.csrf) and not fresh.check_csrf("") and not fresh.check_csrf(old.csrf)
     )
+
+
+def test_https_with_a_secure_session_cookie(tmp_path: Path) -> None:
+    from tests.security.certs import issue, make_ca
+
+    ca = make_ca(tmp_path, "ui-ca")
+    pair = issue(ca, tmp_path, "ui", server=True)
+    ui = UiProcess(
+        f"127.0.0.1:{free_port()}",
+        tmp_path,
+        extra_args=("--https-cert", str(pair.cert), "--https-key", str(pair.key)),
+        https_ca=ca.path,
+    ).start()
+    try:
+        with urllib.request.urlopen(
+            ui.url + "/login", timeout=10, context=ui.ssl_context()
+        ) as resp:
+            cookie = resp.headers["Set-Cookie"]
+            page = resp.read().decode()
+        assert "weft_ui_session=" in cookie
+        assert "Secure" in cookie and "HttpOnly" in cookie and "SameSite=strict" in cookie
+        assert "API key" in page
+    finally:
+        ui.stop()
+    # With HTTPS, any address may be listened on; without, only loopback.
+    assert UiConfig(listen="0.0.0.0:7401", https_cert="c", https_key="k").refusal() is None
+    assert UiConfig(listen="0.0.0.0:7401", insecure=True).refusal() is None
+    assert UiConfig(listen="[::1]:7401").refusal() is None
+    assert UiConfig(listen="10.0.0.5:7401").refusal() is not None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import time
 import urllib.error
@@ -21,6 +22,7 @@ class UiProcess:
         *,
         extra_args: tuple[str, ...] = (),
         env: dict[str, str] | None = None,
+        https_ca: Path | None = None,
     ) -> None:
         self.server_address = server_address
         self.port = free_port()
@@ -28,10 +30,16 @@ class UiProcess:
         self.extra_args = extra_args
         self.extra_env = env or {}
         self.proc: subprocess.Popen[bytes] | None = None
+        self.https_ca = https_ca
+        """The CA that signed the UI's HTTPS certificate, when it serves HTTPS."""
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        scheme = "https" if self.https_ca else "http"
+        return f"{scheme}://127.0.0.1:{self.port}"
+
+    def ssl_context(self) -> ssl.SSLContext | None:
+        return ssl.create_default_context(cafile=str(self.https_ca)) if self.https_ca else None
 
     def start(self, timeout: float = 20.0) -> UiProcess:
         env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
@@ -57,7 +65,9 @@ class UiProcess:
         while True:
             assert self.proc.poll() is None, f"weft ui exited\n{self.log_tail()}"
             try:
-                with urllib.request.urlopen(self.url + "/static/weft.css", timeout=1):
+                with urllib.request.urlopen(
+                    self.url + "/static/weft.css", timeout=1, context=self.ssl_context()
+                ):
                     return self
             except (urllib.error.URLError, ConnectionError, TimeoutError):
                 if time.monotonic() > deadline:
