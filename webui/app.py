@@ -186,6 +186,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route(run + "/timeline", runs.timeline_page),
         Route(run + "/timeline/svg", runs.timeline_fragment),
         Route(run + "/steps", runs.steps_page),
+        Route(run + "/status", runs.run_status),
         Route(run + "/actions/{action}", actions.run_action, methods=["POST"]),
         Route(run, runs.run_page),
         Route("/namespaces/{ns}/locks", cluster.locks_page),

@@ -213,6 +213,19 @@ async def run_page(request: Request) -> Response:
     )
 
 
+async def run_status(request: Request) -> Response:
+    """The run's status badge (htmx refreshes it while the run is open)."""
+    ns, desc = await _describe(request)
+    info = desc.info
+    return ui_of(request).render(
+        request,
+        "_run_status.html",
+        desc=desc,
+        info=info,
+        base=run_url(ns, info.workflow_id, info.run_id),
+    )
+
+
 async def history_page(request: Request) -> Response:
     ui = ui_of(request)
     ns, desc = await _describe(request)

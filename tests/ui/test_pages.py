@@ -133,6 +133,7 @@ def test_a_signal_from_the_ui_appears_without_reloading(stack: Stack, page: Any)
     expect(page.locator('tr.event[data-type="Signal"]')).to_be_visible(timeout=10_000)
     expect(page.locator('tr.event[data-type="WorkflowSuccess"]')).to_be_visible(timeout=15_000)
     expect(page.locator("tr#live")).to_have_count(0)  # closed: it stops following
+    expect(page.locator("#run-status .badge.completed")).to_be_visible(timeout=5_000)
     assert page.evaluate("window.__same_page") is True
     shot(page, "signal")
 
