@@ -70,13 +70,18 @@ def browser() -> Iterator[Any]:
     (pytest-asyncio's runners) must not find there."""
     path = chromium_path()
     if path is None:
-        pytest.skip(
+        reason = (
             "no Chromium: run scripts/install_browser.sh (as root, with apt) to install"
             " Debian's chromium; the web UI's browser tests are skipped"
         )
+        if os.environ.get("WEFT_REQUIRE_BROWSER") == "1":
+            pytest.fail(reason + " (WEFT_REQUIRE_BROWSER=1)")
+        pytest.skip(reason)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
+        if os.environ.get("WEFT_REQUIRE_BROWSER") == "1":
+            pytest.fail("playwright is not installed (WEFT_REQUIRE_BROWSER=1)")
         pytest.skip("playwright is not installed (pip install -e '.[dev]')")
     ARTIFACTS.mkdir(exist_ok=True)
     with sync_playwright() as pw:
