@@ -42,7 +42,7 @@ from sdk.history import ActivityState, ChildState, Failure, LockState, Marker, S
 from sdk.retry import RetryPolicy
 from sdk.schedules import ScheduleDescription, ScheduleRun
 from sdk.sync_client import Client
-from sdk.visibility import HistoryPage, PollerInfo, TaskListInfo, WorkflowPage
+from sdk.visibility import HistoryPage, PollerInfo, TaskListInfo, TaskListPage, WorkflowPage
 from sdk.workflows import (
     ForcedRelease,
     LockHolder,
@@ -100,6 +100,7 @@ __all__ = [
     "ScheduleRun",
     "Signal",
     "TaskListInfo",
+    "TaskListPage",
     "TimerState",
     "UnauthenticatedError",
     "UnavailableError",

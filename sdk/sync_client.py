@@ -24,7 +24,7 @@ from sdk.events import Event
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleDescription
 from sdk.tls import TlsConfig
-from sdk.visibility import HistoryPage, TaskListInfo, WorkflowPage
+from sdk.visibility import HistoryPage, TaskListPage, WorkflowPage
 from sdk.workflows import (
     ForcedRelease,
     LockInfo,
@@ -244,7 +244,7 @@ class Client:
     def count_workflows(self, **filters: Any) -> dict[str, int]:
         return self.run(self.aio.count_workflows(**filters))
 
-    def list_task_lists(self) -> list[TaskListInfo]:
+    def list_task_lists(self) -> TaskListPage:
         return self.run(self.aio.list_task_lists())
 
     def history_page(

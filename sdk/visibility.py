@@ -61,6 +61,15 @@ class TaskListInfo:
 
 
 @dataclass(frozen=True)
+class TaskListPage:
+    """The task lists of a namespace, by name; `truncated` when there were more
+    than the server sends (1000)."""
+
+    task_lists: list[TaskListInfo]
+    truncated: bool
+
+
+@dataclass(frozen=True)
 class HistoryPage:
     """Events of one run from some event on; `next_event_id` is where the next
     page starts (0: none is there yet)."""
@@ -78,7 +87,10 @@ def _stamp(value: datetime | None) -> Timestamp | None:
     if value is None:
         return None
     stamp = Timestamp()
-    stamp.FromDatetime(value if value.tzinfo else value.replace(tzinfo=UTC))
+    try:
+        stamp.FromDatetime(value if value.tzinfo else value.replace(tzinfo=UTC))
+    except (OverflowError, ValueError):
+        raise ValueError(f"{value.isoformat()} is not a time between 1970 and 9999") from None
     return stamp
 
 
@@ -154,11 +166,11 @@ class VisibilityCalls:
         )
         return {status_name(n.status): n.count for n in resp.counts}
 
-    async def list_task_lists(self) -> list[TaskListInfo]:
+    async def list_task_lists(self) -> TaskListPage:
         """The namespace's task lists with tasks waiting or a poller seen in the
         last five minutes, by name (at most 1000)."""
         resp = await self.rpc("ListTaskLists", s.ListTaskListsRequest(namespace=self.namespace))
-        return [
+        lists = [
             TaskListInfo(
                 name=t.name,
                 kind=_KIND_NAMES.get(t.kind, "?"),
@@ -168,6 +180,7 @@ class VisibilityCalls:
             )
             for t in resp.task_lists
         ]
+        return TaskListPage(lists, resp.truncated)
 
     async def history_page(
         self,

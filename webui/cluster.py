@@ -37,7 +37,7 @@ async def task_lists_page(request: Request) -> Response:
     client = await ui.client(request, ns)
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []
-    for tl in await client.list_task_lists():
+    for tl in (await client.list_task_lists()).task_lists:
         recent = [
             p
             for p in tl.pollers

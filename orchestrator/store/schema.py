@@ -70,6 +70,9 @@ runs = Table(
     ),
     Index("ix_runs_workflow", "namespace", "workflow_id", "start_time"),
     Index("ix_runs_listing", "namespace", "status", "start_time"),
+    # Every run newest first, and a task list's runs (ListWorkflows, CountWorkflows).
+    Index("ix_runs_started", "namespace", "start_time", "run_id"),
+    Index("ix_runs_task_list", "namespace", "task_list", "start_time"),
 )
 
 history_events = Table(

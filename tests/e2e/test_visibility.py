@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import AsyncIterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime, timedelta, timezone
 
 import grpc
 import pytest
@@ -107,7 +107,9 @@ async def test_task_lists_show_backlog_oldest_task_and_pollers(
     polled = await started(stub, ns, "polled-1", "polled")
     await polled.decide(await polled.poll_decision(), complete())
 
-    lists = {(t.kind, t.name): t for t in await client.list_task_lists()}
+    page = await client.list_task_lists()
+    assert not page.truncated
+    lists = {(t.kind, t.name): t for t in page.task_lists}
     waiting = lists[("decision", "unpolled")]
     assert waiting.backlog == 2 and waiting.pollers == []
     assert waiting.oldest_task_time is not None and waiting.oldest_task_time >= before
@@ -155,3 +157,6 @@ async def test_bad_visibility_requests_are_invalid_argument(
         assert err.value.details(), method
     with pytest.raises(ValueError, match="status must be"):
         await client.list_page(status="sideways")
+    far = datetime(1, 1, 1, tzinfo=timezone(timedelta(hours=5)))
+    with pytest.raises(ValueError, match="between 1970 and 9999"):
+        await client.list_page(started_after=far)
