@@ -13,6 +13,7 @@ still running at the end.
 from __future__ import annotations
 
 import time
+from datetime import timedelta
 from typing import Any
 
 from sdk import AsyncClient, Event
@@ -73,8 +74,14 @@ async def start(
     """Register the text as it is (as a client that skips the parser could)
     and start a run of it."""
     name = unique(prefix)
+    # The decision task's CPU budget (5 s of CPU) must be what ends a busy run: on
+    # a loaded machine 5 s of CPU can take longer than the default 10 s decider
+    # timeout in wall time, which would time the task out first.
     await client.register_workflow_type(
-        name, default_task_list=task_list, definition=f"name: {name}\n{body}"
+        name,
+        default_task_list=task_list,
+        default_decider_timeout=timedelta(minutes=2),
+        definition=f"name: {name}\n{body}",
     )
     run = await client.start_workflow(name, input, task_list=task_list)
     return run.workflow_id
