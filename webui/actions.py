@@ -10,6 +10,7 @@ box on the page; without JavaScript they are whole pages.
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
@@ -94,7 +95,7 @@ async def run_action(request: Request) -> Response:
     client = await ui.client(request, ns)
     try:
         if action == "signal":
-            value = json.loads(fields["input"]) if fields["input"].strip() else None
+            value = parse_input(fields["input"]) if fields["input"].strip() else None
             await client.signal(wid, fields["name"], value, run_id=rid)
             outcome = Outcome("done", title, f"Signal {fields['name']!r} sent to {wid}.")
         elif action == "cancel":
@@ -139,6 +140,10 @@ async def _replay(
         )
     except (ReplayRefused, DefinitionError) as exc:
         return Outcome("invalid", f"Not sent: {title}", f"Refused before sending: {exc}")
+    except Exception as exc:  # a history the interpreter cannot follow: as replay_modes says
+        return Outcome(
+            "invalid", f"Not sent: {title}", f"Refused before sending: {type(exc).__name__}: {exc}"
+        )
     replaying, new_run = await client.request_replay(
         wid,
         fields["mode"],  # type: ignore[arg-type]
@@ -166,13 +171,54 @@ def _check_signal(form: FormData) -> tuple[dict[str, str], str]:
         return fields, f"The input is over {MAX_INPUT // 1024} KiB."
     if fields["input"].strip():
         try:
-            json.loads(fields["input"])
+            parse_input(fields["input"])
         except json.JSONDecodeError as exc:
             return (
                 fields,
                 f"The input is not valid JSON: {exc.msg} at line {exc.lineno}, column {exc.colno}.",
             )
+        except ValueError as exc:
+            return fields, f"The input is not valid JSON: {exc}."
     return fields, ""
+
+
+MAX_DEPTH = 100
+"""As deep as the service takes a payload."""
+
+
+def _constant(name: str) -> Any:
+    raise ValueError(f"{name} is not a JSON value")
+
+
+def _finite(text: str) -> float:
+    value = float(text)
+    if math.isinf(value):
+        raise ValueError(f"{text} is too large for a number")
+    return value
+
+
+def parse_input(text: str) -> Any:
+    """JSON the service will take: no NaN or Infinity, no number that overflows,
+    no deeper than `MAX_DEPTH`. ValueError (JSONDecodeError for bad syntax) says why."""
+    try:
+        value = json.loads(text, parse_constant=_constant, parse_float=_finite)
+    except RecursionError:
+        raise ValueError(f"it nests deeper than {MAX_DEPTH} levels") from None
+    if _depth(value) > MAX_DEPTH:
+        raise ValueError(f"it nests deeper than {MAX_DEPTH} levels")
+    return value
+
+
+def _depth(value: Any) -> int:
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            stack.extend(
+                (v, depth + 1) for v in (item.values() if isinstance(item, dict) else item)
+            )
+    return deepest
 
 
 def _check_reason(form: FormData) -> tuple[dict[str, str], str]:

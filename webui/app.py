@@ -4,24 +4,33 @@ errors become pages."""
 from __future__ import annotations
 
 import contextlib
+import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
-from urllib.parse import quote
+from urllib.parse import quote, urlencode, urlsplit
 
 import jinja2
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
+from starlette.middleware.trustedhost import TrustedHostMiddleware
 from starlette.requests import Request
-from starlette.responses import RedirectResponse, Response
+from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
 from starlette.templating import Jinja2Templates
 
 from sdk.client import AsyncClient
-from sdk.errors import NotFoundError, UnauthenticatedError, UnavailableError, WeftError
+from sdk.errors import (
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    UnavailableError,
+    WeftError,
+)
 from webui import format as fmt
 from webui.config import UiConfig
 from webui.service import Clients, HistoryCache
@@ -40,17 +49,24 @@ _HEADERS = {
 }
 
 
+log = logging.getLogger("weft.ui")
+
+
 class Ui:
     """What every view needs, in `request.app.state.ui`."""
 
     def __init__(self, config: UiConfig) -> None:
         self.config = config
         self.sessions = SessionStore(
-            idle_seconds=config.session_idle.total_seconds(), max_sessions=config.max_sessions
+            idle_seconds=config.session_idle.total_seconds(),
+            max_sessions=config.max_sessions,
+            max_anonymous=config.max_anonymous_sessions,
         )
         self.clients = Clients(config)
         self.cache = HistoryCache(
-            max_runs=config.history_cache_runs, max_events=config.history_cache_events
+            max_runs=config.history_cache_runs,
+            max_bytes=config.history_cache_bytes,
+            max_run_bytes=config.history_cache_run_bytes,
         )
         env = jinja2.Environment(
             loader=jinja2.FileSystemLoader(HERE / "templates"),
@@ -64,9 +80,17 @@ class Ui:
         self.templates = Jinja2Templates(env=env)
 
     async def client(self, request: Request, namespace: str) -> AsyncClient:
-        """The client of this visitor: their key when logged in, else the UI's own."""
-        key = session_of(request).api_key or self.config.api_key
-        return await self.clients.get(key, namespace)
+        """The client of this visitor: their key when logged in, else the UI's own
+        (on loopback only: `weft ui` refuses to serve others with it)."""
+        return self.client_for(
+            request, session_of(request).api_key or self.config.api_key, namespace
+        )
+
+    def client_for(self, request: Request, api_key: str | None, namespace: str) -> AsyncClient:
+        """The client of `api_key`, in use until this request has been answered."""
+        lease = self.clients.lease(api_key, namespace)
+        request.state.leases.append(lease)
+        return lease.client
 
     def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
         session = session_of(request)
@@ -102,16 +126,68 @@ def status_name(exc: WeftError) -> str:
     return exc.status.name if exc.status is not None else "UNKNOWN"
 
 
+def http_status(exc: WeftError) -> int:
+    """The HTTP status of a page the service refused."""
+    for kind, status in (
+        (InvalidArgumentError, 400),
+        (PermissionDeniedError, 403),
+        (NotFoundError, 404),
+        (UnavailableError, 503),
+    ):
+        if isinstance(exc, kind):
+            return status
+    return 502
+
+
+def _same_origin(request: Request) -> bool:
+    """A POST comes from this site's own pages: its Origin (or, lacking one, its
+    Referer) is this site. Neither (not a browser's form): the CSRF token decides."""
+    origin = request.headers.get("origin")
+    if origin is None:
+        referer = request.headers.get("referer")
+        if referer is None:
+            return True
+        parts = urlsplit(referer)
+        origin = f"{parts.scheme}://{parts.netloc}"
+    own = f"{request.url.scheme}://{request.headers.get('host', '')}"
+    return origin.lower() == own.lower()
+
+
+def _secure(response: Response, *, static: bool = False) -> Response:
+    for name, value in _HEADERS.items():
+        response.headers.setdefault(name, value)
+    if not static:
+        response.headers.setdefault("Cache-Control", "no-store")
+    return response
+
+
 async def _sessions(
     request: Request, call_next: Callable[[Request], Awaitable[Response]]
 ) -> Response:
     ui = ui_of(request)
-    session = ui.sessions.get(request.cookies.get(COOKIE))
+    if request.url.path.startswith("/static/"):
+        return _secure(await call_next(request), static=True)  # no session for a file
+    if request.method == "POST" and not _same_origin(request):
+        return _secure(
+            PlainTextResponse("Refused: this form was not sent from this site.", status_code=403)
+        )
+    # A page's own polling (htmx GETs) is not its person being there: it does not
+    # keep a session from going idle.
+    polling = request.method == "GET" and is_htmx(request)
+    session = ui.sessions.get(request.cookies.get(COOKIE), touch=not polling)
     given = session.sid if session else None
     if session is None:
         session = ui.sessions.new()
     request.state.session = session
-    response = await call_next(request)
+    request.state.leases = []
+    try:
+        response = await call_next(request)
+    except Exception as exc:
+        log.exception("weft ui: %s %s failed", request.method, request.url.path)
+        response = _failure(request, "INTERNAL", f"the UI failed: {type(exc).__name__}", 500)
+    finally:
+        for lease in request.state.leases:
+            await ui.clients.release(lease)
     current = session_of(request)  # login and logout rotate it
     if current.sid != given:
         response.set_cookie(
@@ -122,37 +198,57 @@ async def _sessions(
             secure=ui.config.https,
             path="/",
         )
-    for name, value in _HEADERS.items():
-        response.headers.setdefault(name, value)
-    if not request.url.path.startswith("/static/"):
-        response.headers.setdefault("Cache-Control", "no-store")
-    return response
+    return _secure(response)
 
 
-async def _weft_error(request: Request, exc: Exception) -> Response:
+# The live parts htmx refreshes, by id: the element an error answer must be, so
+# that it lands where the part was and keeps trying.
+_LIVE_TAGS = {"run-status": "span", "live": "tr", "timeline": "div"}
+
+
+def _failure(request: Request, code: str, message: str, status: int) -> Response:
+    """An error page, or for htmx a fragment: a live part's own element that tries
+    again later (2, 4, 8… up to 60 s), anything else a message."""
     ui = ui_of(request)
-    assert isinstance(exc, WeftError)
-    if isinstance(exc, UnauthenticatedError):
-        if is_htmx(request):
-            return Response("", status_code=401, headers={"HX-Redirect": "/login"})
-        session_of(request).flash.append(("error", f"UNAUTHENTICATED: {exc.message}"))
-        return RedirectResponse(f"/login?next={quote(request.url.path)}", status_code=303)
-    status = (
-        404 if isinstance(exc, NotFoundError) else 503 if isinstance(exc, UnavailableError) else 502
-    )
     if is_htmx(request):
-        # A live fragment that fails stops polling; the message replaces it.
+        target = request.headers.get("HX-Target", "")
+        tag = _LIVE_TAGS.get(target) if request.method == "GET" else None
+        try:
+            tries = max(0, min(int(request.query_params.get("retry", "0")), 10))
+        except ValueError:
+            tries = 0
+        query = urlencode({**request.query_params, "retry": tries + 1})
         return ui.render(
-            request, "_error.html", status=200, code=status_name(exc), message=exc.message
+            request,
+            "_error.html",
+            # htmx swaps only 2xx answers: the message is still an answer to show.
+            status=200,
+            code=code,
+            message=message,
+            tag=tag,
+            target=target,
+            retry_url=f"{request.url.path}?{query}",
+            delay=min(60, 2 ** (tries + 1)),
         )
     return ui.render(
         request,
         "error.html",
         status=status,
-        code=status_name(exc),
-        message=exc.message,
+        code=code,
+        message=message,
         namespace=request.path_params.get("ns", ui.config.namespace),
     )
+
+
+async def _weft_error(request: Request, exc: Exception) -> Response:
+    assert isinstance(exc, WeftError)
+    if isinstance(exc, UnauthenticatedError):
+        if is_htmx(request):
+            return Response("", status_code=401, headers={"HX-Redirect": "/login"})
+        session_of(request).flash.append(("error", f"UNAUTHENTICATED: {exc.message}"))
+        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        return RedirectResponse("/login?" + urlencode({"next": here}), status_code=303)
+    return _failure(request, status_name(exc), exc.message, http_status(exc))
 
 
 async def _index(request: Request) -> Response:
@@ -180,6 +276,7 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/login", auth.login, methods=["POST"]),
         Route("/logout", auth.logout, methods=["POST"]),
         Route("/namespaces/{ns}/runs", runs.runs_page),
+        Route("/namespaces/{ns}/workflows", runs.find_run),
         Route("/namespaces/{ns}/workflows/{wid:path}", runs.current_run),
         Route(run + "/history", runs.history_page),
         Route(run + "/history/after/{after:int}", runs.history_after),
@@ -196,7 +293,12 @@ def create_app(config: UiConfig) -> Starlette:
     ]
     app = Starlette(
         routes=routes,
-        middleware=[Middleware(BaseHTTPMiddleware, dispatch=_sessions)],
+        middleware=[
+            # DNS rebinding: a page elsewhere whose name now points here names
+            # its own host, not ours.
+            Middleware(TrustedHostMiddleware, allowed_hosts=config.hosts()),
+            Middleware(BaseHTTPMiddleware, dispatch=_sessions),
+        ],
         exception_handlers={WeftError: _weft_error},
         lifespan=lifespan,
     )

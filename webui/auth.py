@@ -14,6 +14,8 @@ from starlette.responses import RedirectResponse, Response
 from sdk.errors import UnauthenticatedError, UnavailableError, WeftError
 from webui.app import session_of, ui_of
 
+MAX_KEY = 512
+
 
 def safe_next(target: str) -> str:
     """Only paths of this site (no `//host`, no scheme): no open redirect."""
@@ -47,21 +49,24 @@ async def login(request: Request) -> Response:
         return again("The form expired; try again.", 403)
     if not key:
         return again("Give an API key.", 400)
-    client = await ui.clients.get(key, ui.config.namespace)
+    if len(key) > MAX_KEY or not all("!" <= ch <= "~" for ch in key):
+        # It goes into a gRPC header: printable ASCII only, no spaces.
+        return again("That is not an API key: a key is printable ASCII without spaces.", 400)
+    client = ui.client_for(request, key, ui.config.namespace)
     try:
         await client.describe_namespace(ui.config.namespace)
     except UnauthenticatedError as exc:
-        await ui.clients.forget(key)
+        ui.clients.forget(key)
         return again(f"UNAUTHENTICATED: {exc.message}", 401)
     except UnavailableError as exc:
-        await ui.clients.forget(key)
+        ui.clients.forget(key)
         return again(f"UNAVAILABLE: {exc.message}", 503)
     except WeftError:
         pass  # a key that may not describe the namespace is still a key
-    session = ui.sessions.rotate(session_of(request))
-    session.api_key = key
-    session.key_id = _key_id(key)
-    request.state.session = session
+    except Exception as exc:  # the channel would not take it: still not a key
+        ui.clients.forget(key)
+        return again(f"That key could not be sent ({type(exc).__name__}).", 400)
+    request.state.session = ui.sessions.login(session_of(request), key, _key_id(key))
     return RedirectResponse(target, status_code=303)
 
 
@@ -71,7 +76,7 @@ async def logout(request: Request) -> Response:
         return Response("The form expired; go back and try again.", status_code=403)
     old = session_of(request)
     if old.api_key:
-        await ui.clients.forget(old.api_key)
+        ui.clients.forget(old.api_key)
     session = ui.sessions.rotate(old)
     session.flash.append(("ok", "Logged out."))
     request.state.session = session

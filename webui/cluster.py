@@ -37,7 +37,8 @@ async def task_lists_page(request: Request) -> Response:
     client = await ui.client(request, ns)
     now = datetime.now(UTC)
     rows: list[dict[str, Any]] = []
-    for tl in (await client.list_task_lists()).task_lists:
+    listed = await client.list_task_lists()
+    for tl in listed.task_lists:
         recent = [
             p
             for p in tl.pollers
@@ -56,6 +57,7 @@ async def task_lists_page(request: Request) -> Response:
         "task_lists.html",
         namespace=ns,
         rows=rows,
+        truncated=listed.truncated,
         recent=POLLER_RECENT,
         ns_url=f"/namespaces/{quote(ns, safe='')}",
     )

@@ -20,33 +20,99 @@ class UiConfig:
     tls: TlsConfig | None = None
     """How the UI reaches the server (the client's --tls* options)."""
     api_key: str | None = None
-    """Used for visitors who have not logged in (single-user use); None: they must log in
-    when the server asks for credentials."""
+    """Used for visitors who have not logged in (one person's UI on loopback); None:
+    they must log in when the server asks for credentials."""
     https_cert: str | None = None
     https_key: str | None = None
     """The UI's own HTTPS certificate and key (uvicorn serves HTTPS with them)."""
     insecure: bool = False
-    """Listen on a non-loopback address over plain HTTP anyway."""
+    """Listen on a non-loopback address over plain HTTP, or with an anonymous key, or
+    in front of a server that asks for no credentials, anyway."""
+    allowed_hosts: tuple[str, ...] = ()
+    """Host names the UI answers to besides the --listen host and loopback (a request
+    naming another Host is refused: DNS rebinding)."""
     session_idle: timedelta = timedelta(hours=8)
-    """A login is forgotten after this long without a request."""
+    """A login is forgotten after this long without a request made by its person."""
     max_sessions: int = 10_000
+    """Logged-in sessions."""
+    max_anonymous_sessions: int = 10_000
     history_cache_runs: int = 32
     """Closed runs whose whole history the UI keeps (a timeline redrawn, pages turned)."""
-    history_cache_events: int = 200_000
-    """...and at most this many events over all of them."""
+    history_cache_bytes: int = 256 * 1024 * 1024
+    """...and at most about this much memory over all of them..."""
+    history_cache_run_bytes: int = 64 * 1024 * 1024
+    """...a history bigger than this is not kept at all."""
     rpc_timeout: timedelta = timedelta(seconds=10)
 
     @property
     def https(self) -> bool:
         return bool(self.https_cert and self.https_key)
 
+    @property
+    def exposed(self) -> bool:
+        return not is_loopback(self.listen)
+
+    def hosts(self) -> list[str]:
+        """The Host names (no port) a request may carry."""
+        host = self.listen.rpartition(":")[0].lower()
+        names = {"localhost", "127.0.0.1", "[::1]", *(h.lower() for h in self.allowed_hosts)}
+        if host not in ("", "0.0.0.0", "[::]"):
+            names.add(host)
+        return sorted(names)
+
     def refusal(self) -> str | None:
         """Why this configuration must not start (secure by default), or None."""
         if bool(self.https_cert) != bool(self.https_key):
             return "--https-cert and --https-key go together; give both"
-        if is_loopback(self.listen) or self.https or self.insecure:
+        if not self.exposed or self.insecure:
             return None
+        if not self.https:
+            return (
+                f"--listen {self.listen} is not a loopback address: give --https-cert and"
+                " --https-key (HTTPS), or --insecure to serve plain HTTP to anyone who reaches it"
+            )
+        if self.api_key:
+            return (
+                f"--listen {self.listen} is not a loopback address and an API key is given"
+                " (--api-key or WEFT_API_KEY): it would act for every visitor who has not"
+                " logged in; unset it (people log in with their own keys), or give --insecure"
+            )
+        return None
+
+
+async def server_refusal(config: UiConfig) -> str | None:
+    """Off loopback: why the server behind the UI makes it unsafe to serve, or None.
+
+    A call made as an anonymous visitor's would be (no API key; the UI's client
+    certificate, if any) must be answered UNAUTHENTICATED: otherwise whoever reaches
+    the UI gets whatever the server grants that call."""
+    from sdk.client import AsyncClient
+    from sdk.errors import UnauthenticatedError, UnavailableError, WeftError
+    from sdk.retry import RetryPolicy
+
+    client = AsyncClient(
+        config.address,
+        namespace=config.namespace,
+        tls=config.tls,
+        retry=RetryPolicy(give_up_after=timedelta(seconds=5)),
+    )
+    try:
+        await client.describe_namespace(config.namespace)
+    except UnauthenticatedError:
+        return None
+    except UnavailableError as exc:
         return (
-            f"--listen {self.listen} is not a loopback address: give --https-cert and"
-            " --https-key (HTTPS), or --insecure to serve plain HTTP to anyone who reaches it"
+            f"--listen {config.listen} is not a loopback address and the server at"
+            f" {config.address} could not be asked whether it requires credentials"
+            f" ({exc.message}); start it first, or give --insecure"
         )
+    except WeftError:
+        pass  # answered (not found, refused): the call was taken as someone's
+    finally:
+        await client.close()
+    return (
+        f"--listen {config.listen} is not a loopback address and the server at"
+        f" {config.address} answers calls without an API key (no --auth, or the UI's"
+        " client certificate is a principal): anyone reaching the UI could act through"
+        " it; run the server with --auth, or give --insecure"
+    )

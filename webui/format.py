@@ -73,6 +73,9 @@ def summary(event: Event, limit: int = 140) -> str:
     for name in _SUMMARY_KEYS:
         value = event.attributes.get(name)
         if value not in (None, "", [], {}):
+            if isinstance(value, dict) and "name" in value:  # a workflow or activity type
+                version = value.get("version")
+                value = f"{value['name']} v{version}" if version else value["name"]
             shown = value if isinstance(value, str | int | float) else json.dumps(value)
             parts.append(f"{name}={shown}")
     text = " ".join(parts)

@@ -12,11 +12,13 @@ from urllib.parse import quote, urlencode
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
+from sdk.errors import InvalidArgumentError
 from sdk.events import CLOSE_TYPES, Event
 from sdk.workflows import WorkflowDescription
 from webui.app import is_htmx, ui_of
-from webui.service import RunFilter, history_slice, whole_history
+from webui.service import RunFilter, history_slice, run_key, whole_history
 from webui.service import runs_page as fetch_runs
+from webui.summary import activity_attempts, children, run_events
 
 PAGE_SIZE = 50
 HISTORY_PAGE = 100
@@ -66,7 +68,19 @@ def _moment(text: str, name: str) -> datetime | None:
         moment = datetime.fromisoformat(text.replace("Z", "+00:00"))
     except ValueError:
         raise ValueError(f"{name}: {text!r} is not a time like 2026-11-25T14:30") from None
-    return moment if moment.tzinfo else moment.replace(tzinfo=UTC)
+    outside = ValueError(f"{name}: {text!r} is not a time between 1970 and 9999")
+    try:
+        moment = moment.astimezone(UTC) if moment.tzinfo else moment.replace(tzinfo=UTC)
+    except OverflowError:
+        raise outside from None
+    if not 1970 <= moment.year <= 9999:
+        raise outside
+    return moment
+
+
+# The previous pages' tokens travel in the URL (`back`), newest last, at most this many.
+BACK_PAGES = 20
+_FIRST_PAGE = "~"  # not a base64url character: the first page's (empty) token
 
 
 async def runs_page(request: Request) -> Response:
@@ -77,7 +91,12 @@ async def runs_page(request: Request) -> Response:
         name: params.get(name, "").strip()
         for name in ("status", "type", "id", "task_list", "from", "to")
     }
+    current = params.get("page", "")
+    back = [t for t in params.get("back", "").split(".") if t][-BACK_PAGES:]
     error = ""
+    runs: list[Any] = []
+    counts: dict[str, int] | None = None
+    next_link = prev_link = ""
     try:
         flt = RunFilter(
             status=form["status"] if form["status"] in (*STATUSES, "closed") else "",
@@ -87,26 +106,35 @@ async def runs_page(request: Request) -> Response:
             started_after=_moment(form["from"], "from"),
             started_before=_moment(form["to"], "to"),
         )
+        client = await ui.client(request, ns)
+        page = await fetch_runs(client, flt, page_size=PAGE_SIZE, token=_token_bytes(current))
+    except InvalidArgumentError as exc:
+        error = f"INVALID_ARGUMENT: {exc.message}"
     except ValueError as exc:
         error = str(exc)
-        flt = None
-    runs: list[Any] = []
-    counts: dict[str, int] | None = None
-    next_link = ""
-    if flt is not None:
-        client = await ui.client(request, ns)
-        page = await fetch_runs(
-            client, flt, page_size=PAGE_SIZE, token=_token_bytes(params.get("page", ""))
-        )
+    else:
         runs, counts = list(page.runs), page.counts
+        shown = {k: v for k, v in form.items() if v}
         if page.next_token:
-            next_link = "?" + urlencode({**form, "page": _token_text(page.next_token)})
+            trail = [*back, current or _FIRST_PAGE][-BACK_PAGES:]
+            next_link = "?" + urlencode(
+                {**shown, "page": _token_text(page.next_token), "back": ".".join(trail)}
+            )
+        if back:
+            previous = {} if back[-1] == _FIRST_PAGE else {"page": back[-1]}
+            rest = {"back": ".".join(back[:-1])} if back[:-1] else {}
+            prev_link = "?" + urlencode({**shown, **previous, **rest})
     tabs = []
     base = {k: v for k, v in form.items() if k != "status" and v}
-    for status in ("", *STATUSES):
+    for status in ("", "open", "closed", *STATUSES[1:]):
         count = None
         if counts is not None:
-            count = sum(counts.values()) if not status else counts.get(status, 0)
+            if not status:
+                count = sum(counts.values())
+            elif status == "closed":
+                count = sum(n for s, n in counts.items() if s != "open")
+            else:
+                count = counts.get(status, 0)
         query = urlencode({**base, "status": status} if status else base)
         tabs.append(
             {
@@ -119,16 +147,31 @@ async def runs_page(request: Request) -> Response:
     return ui.render(
         request,
         "runs.html",
+        status=400 if error else 200,
         namespace=ns,
         runs=runs,
         form=form,
         tabs=tabs,
         error=error,
         next_link=next_link,
+        prev_link=prev_link,
         first_link="?" + urlencode({k: v for k, v in form.items() if v}),
-        paged=bool(params.get("page")),
+        paged=bool(current),
         run_url=lambda r: run_url(ns, r.workflow_id, r.run_id),
     )
+
+
+async def find_run(request: Request) -> Response:
+    """`/namespaces/NS/workflows?id=ID[&run=RUN]`: a form's way to a run (ids that a
+    path cannot carry, such as ".", too)."""
+    ui = ui_of(request)
+    ns = request.path_params["ns"]
+    wid = request.query_params.get("id", "")
+    if not wid:
+        return RedirectResponse(f"/namespaces/{quote(ns, safe='')}/runs", status_code=303)
+    client = await ui.client(request, ns)
+    info = (await client.describe(wid, run_id=request.query_params.get("run", ""))).info
+    return RedirectResponse(run_url(ns, info.workflow_id, info.run_id), status_code=303)
 
 
 async def current_run(request: Request) -> Response:
@@ -175,20 +218,11 @@ async def run_page(request: Request) -> Response:
     ns, desc = await _describe(request)
     info = desc.info
     client = await ui.client(request, ns)
-    events: list[Event] = []
-    if info.status != "open" or info.history_length <= SMALL_HISTORY:
-        events = await whole_history(client, ui.cache, info)
-        started = events[0] if events else None
-        close = events[-1] if events and events[-1].type in CLOSE_TYPES else None
-    else:
-        first = await history_slice(client, ui.cache, info, 1, 1)
-        started, close = (first.events[0] if first.events else None), None
-    children: dict[str, dict[str, Any]] = {}
-    for event in events:
-        if event.type.startswith("ChildWorkflow") and event.get("workflow_id"):
-            child = children.setdefault(event.get("workflow_id"), {"run_id": "", "state": ""})
-            child["run_id"] = event.get("run_id") or child["run_id"]
-            child["state"] = event.type.removeprefix("ChildWorkflow").lower() or child["state"]
+    read = await run_events(client, ui.cache, info)
+    started = read.started
+    close = read.last if read.last is not None and read.last.type in CLOSE_TYPES else None
+    found = children(read.scanned())
+    attempts = activity_attempts(read.tail)
     if close is not None and close.type == "WorkflowContinuedAsNew":
         continued = close.get("new_run_id", "")
     else:
@@ -206,8 +240,11 @@ async def run_page(request: Request) -> Response:
         links=_links(ns, desc, started),
         continued=run_url(ns, info.workflow_id, continued) if continued else "",
         children=[
-            {"id": wid, "href": run_url(ns, wid, c["run_id"]), **c} for wid, c in children.items()
+            {"id": wid, "href": run_url(ns, wid, c["run_id"]), **c} for wid, c in found.items()
         ],
+        # Read in part: children and attempts are from these events only.
+        partial=None if read.whole else (len(read.head), read.tail_first, info.history_length),
+        attempts=attempts,
         is_steps=bool(started is not None and started.get("definition")),
         ns_url=f"/namespaces/{quote(ns, safe='')}",
     )
@@ -232,12 +269,15 @@ async def history_page(request: Request) -> Response:
     info = desc.info
     client = await ui.client(request, ns)
     try:
-        first = max(1, int(request.query_params.get("first", "1")))
+        first = int(request.query_params.get("first", "1"))
     except ValueError:
         first = 1
+    first = max(1, min(first, info.history_length + 1))
     part = await history_slice(client, ui.cache, info, first, HISTORY_PAGE)
     last_id = part.events[-1].event_id if part.events else first - 1
     base = run_url(ns, info.workflow_id, info.run_id)
+    open_end = info.status == "open" and not part.next_event_id
+    full = len(part.events) >= HISTORY_PAGE
     return ui.render(
         request,
         "history.html",
@@ -249,9 +289,11 @@ async def history_page(request: Request) -> Response:
         events=part.events,
         first=first,
         prev_first=max(1, first - HISTORY_PAGE) if first > 1 else 0,
-        next_first=part.next_event_id,
-        # Follow only on the page that reaches the end, while the run is open.
-        live=info.status == "open" and not part.next_event_id,
+        next_first=part.next_event_id or (last_id + 1 if open_end and full else 0),
+        # Follow only on the page that reaches the end, while the run is open and
+        # the page has room for more rows.
+        live=open_end and not full,
+        newer=last_id + 1 if open_end and full else 0,
         last_id=last_id,
         page_size=HISTORY_PAGE,
         is_steps=False,
@@ -259,22 +301,38 @@ async def history_page(request: Request) -> Response:
     )
 
 
+MAX_EVENT_ID = 2**63 - 1
+
+
 async def history_after(request: Request) -> Response:
-    """The rows after `after` (htmx appends them), and the poller for the next ones
-    while the run is open and the page has room."""
+    """The rows after `after` (htmx appends them), then the follower for the next
+    ones while the run is open and the page (from `first`) has room; once full, a
+    link to the newer events. One history read a call, no describe."""
     ui = ui_of(request)
-    ns, desc = await _describe(request)
-    info = desc.info
-    after = int(request.path_params["after"])
+    ns = request.path_params["ns"]
+    wid, rid = request.path_params["wid"], request.path_params["rid"]
+    after = min(int(request.path_params["after"]), MAX_EVENT_ID - 1)
+    try:
+        first = max(1, min(int(request.query_params.get("first", "1")), after + 1))
+    except ValueError:
+        first = 1
+    room = max(0, first + HISTORY_PAGE - 1 - after)
     client = await ui.client(request, ns)
-    part = await history_slice(client, ui.cache, info, after + 1, HISTORY_PAGE)
-    last_id = part.events[-1].event_id if part.events else after
+    events: list[Event] = []
+    if room:
+        page = await client.history_page(wid, run_id=rid, first_event_id=after + 1, page_size=room)
+        events = page.events
+    last_id = events[-1].event_id if events else after
+    closed = bool(events) and events[-1].type in CLOSE_TYPES
+    full = last_id - first + 1 >= HISTORY_PAGE
     return ui.render(
         request,
         "_history_rows.html",
-        events=part.events,
-        base=run_url(ns, info.workflow_id, info.run_id),
-        live=info.status == "open" or bool(part.next_event_id),
+        events=events,
+        base=run_url(ns, wid, rid),
+        live=not closed and not full,
+        newer=last_id + 1 if full and not closed else 0,
+        first=first,
         last_id=last_id,
     )
 
@@ -286,6 +344,16 @@ def _window(request: Request) -> tuple[datetime, datetime] | None:
     except ValueError:
         return None
     return (t0, t1) if t0 is not None and t1 is not None and t0 < t1 else None
+
+
+def _clamp(
+    window: tuple[datetime, datetime] | None, start: datetime, end: datetime
+) -> tuple[datetime, datetime] | None:
+    """The window within the run (None: the whole run)."""
+    if window is None:
+        return None
+    w0, w1 = max(window[0], start), min(window[1], end)
+    return (w0, w1) if w0 < w1 and (w0, w1) != (start, end) else None
 
 
 def _window_query(window: tuple[datetime, datetime] | None, lanes: int = 0) -> str:
@@ -324,13 +392,20 @@ async def _timeline(request: Request) -> dict[str, Any]:
         "query": _window_query(window, lane_offset),
         "lane_pages": {},
         "lane_count": 0,
+        "too_big": False,
         "is_steps": False,
         "ns_url": f"/namespaces/{quote(ns, safe='')}",
     }
     if module is None:
         return context
     events = await whole_history(client, ui.cache, info)
+    # An open run's drawing is redrawn from the cache, reading only new events; a
+    # history too big to keep would be read whole each time: drawn once, not followed.
+    context["live"] = context["live"] and ui.cache.holds(run_key(client, info))
+    context["too_big"] = info.status == "open" and not context["live"]
     timeline = module.build_timeline(events, now=datetime.now(UTC))
+    window = _clamp(window, timeline.start, timeline.end)
+    context["query"] = _window_query(window, lane_offset)
     context["svg"] = module.render_svg(
         timeline, window=window, max_lanes=MAX_LANES, lane_offset=lane_offset
     )

@@ -10,6 +10,7 @@ own key (`describe`) has let them see the run.
 
 from __future__ import annotations
 
+import json
 import socket
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -26,72 +27,135 @@ from webui.config import UiConfig
 
 UI_RETRY = RetryPolicy(give_up_after=timedelta(seconds=3))
 MAX_CLIENTS = 64
+CLIENTS_PER_KEY = 8
+"""Namespaces one key (or the anonymous visitors together) keeps clients for: a
+visitor asking for random namespaces evicts only clients of their own key."""
+
+
+@dataclass(eq=False)
+class Lease:
+    """A client in use by a request; an evicted client is closed once no request
+    uses it any more, never under a call."""
+
+    client: AsyncClient
+    users: int = 0
+    retired: bool = False
 
 
 class Clients:
-    """AsyncClients by (API key, namespace), least recently used closed first."""
+    """AsyncClients by (API key, namespace): at most `CLIENTS_PER_KEY` namespaces a
+    key and `MAX_CLIENTS` in all, least recently used evicted first."""
 
     def __init__(self, config: UiConfig) -> None:
         self.config = config
-        self._clients: OrderedDict[tuple[str, str], AsyncClient] = OrderedDict()
-        self._retired: list[AsyncClient] = []
+        self._clients: OrderedDict[tuple[str, str], Lease] = OrderedDict()
+        self._retired: set[Lease] = set()
 
-    async def get(self, api_key: str | None, namespace: str) -> AsyncClient:
+    def lease(self, api_key: str | None, namespace: str) -> Lease:
+        """The client of (key, namespace), counted as in use until `release`."""
         key = (api_key or "", namespace)
-        client = self._clients.get(key)
-        if client is None:
-            client = AsyncClient(
-                self.config.address,
-                namespace=namespace,
-                identity=f"weft-ui@{socket.gethostname()}",
-                retry=UI_RETRY,
-                tls=self.config.tls,
-                api_key=api_key,
+        lease = self._clients.get(key)
+        if lease is None:
+            lease = Lease(
+                AsyncClient(
+                    self.config.address,
+                    namespace=namespace,
+                    identity=f"weft-ui@{socket.gethostname()}",
+                    retry=UI_RETRY,
+                    tls=self.config.tls,
+                    api_key=api_key,
+                )
             )
-            self._clients[key] = client
+            self._clients[key] = lease
+            same = [k for k in self._clients if k[0] == key[0]]
+            for old in same[: max(0, len(same) - CLIENTS_PER_KEY)]:
+                self._retire(old)
             while len(self._clients) > MAX_CLIENTS:
-                _, old = self._clients.popitem(last=False)
-                await old.close()
+                self._retire(next(iter(self._clients)))
         self._clients.move_to_end(key)
-        return client
+        lease.users += 1
+        return lease
 
-    async def forget(self, api_key: str) -> None:
-        """Close the clients of a key (its person logged out)."""
+    async def release(self, lease: Lease) -> None:
+        lease.users -= 1
+        if lease.retired and lease.users <= 0 and lease in self._retired:
+            self._retired.discard(lease)
+            await lease.client.close()
+
+    def _retire(self, key: tuple[str, str]) -> None:
+        lease = self._clients.pop(key)
+        lease.retired = True
+        self._retired.add(lease)
+
+    async def sweep(self) -> None:
+        """Close the retired clients no request uses."""
+        for lease in [le for le in self._retired if le.users <= 0]:
+            self._retired.discard(lease)
+            await lease.client.close()
+
+    def forget(self, api_key: str) -> None:
+        """Retire the clients of a key (its person logged out); each is closed when
+        its last call ends."""
         for key in [k for k in self._clients if k[0] == api_key]:
-            await self._clients.pop(key).close()
+            self._retire(key)
+
+    def __len__(self) -> int:
+        return len(self._clients)
 
     async def close(self) -> None:
-        while self._clients:
-            _, client = self._clients.popitem()
-            await client.close()
+        for lease in [*self._clients.values(), *self._retired]:
+            await lease.client.close()
+        self._clients.clear()
+        self._retired.clear()
+
+
+def events_bytes(events: Sequence[Event]) -> int:
+    """About what `events` take in memory: their attributes as JSON, and a fixed
+    cost an event."""
+    return sum(200 + len(json.dumps(e.attributes, default=str, ensure_ascii=False)) for e in events)
 
 
 class HistoryCache:
     """Histories read so far (whole for a closed run, its start for an open one),
-    bounded in runs and in events."""
+    bounded in runs and in bytes; a history above `max_run_bytes` is not kept."""
 
-    def __init__(self, *, max_runs: int, max_events: int) -> None:
+    def __init__(self, *, max_runs: int, max_bytes: int, max_run_bytes: int) -> None:
         self.max_runs = max_runs
-        self.max_events = max_events
-        self._runs: OrderedDict[tuple[str, str, str], list[Event]] = OrderedDict()
-        self._events = 0
+        self.max_bytes = max_bytes
+        self.max_run_bytes = max_run_bytes
+        self._runs: OrderedDict[tuple[str, str, str], tuple[list[Event], int]] = OrderedDict()
+        self._bytes = 0
+
+    @property
+    def size(self) -> int:
+        return self._bytes
+
+    def holds(self, key: tuple[str, str, str]) -> bool:
+        return key in self._runs
 
     def get(self, key: tuple[str, str, str]) -> list[Event] | None:
-        events = self._runs.get(key)
-        if events is not None:
-            self._runs.move_to_end(key)
-        return events
+        entry = self._runs.get(key)
+        if entry is None:
+            return None
+        self._runs.move_to_end(key)
+        return entry[0]
 
-    def put(self, key: tuple[str, str, str], events: list[Event]) -> None:
-        """Keep `events` (the whole history, or the start of an open run's)."""
-        if len(events) > self.max_events:
-            return
-        self._events -= len(self._runs.pop(key, []))
-        self._runs[key] = events
-        self._events += len(events)
-        while len(self._runs) > self.max_runs or self._events > self.max_events:
-            _, old = self._runs.popitem(last=False)
-            self._events -= len(old)
+    def put(self, key: tuple[str, str, str], events: list[Event], added: Sequence[Event]) -> bool:
+        """Keep `events` (the whole history, or the start of an open run's), of which
+        `added` are new since the last `put` of `key`. False: too big to keep."""
+        old = self._runs.pop(key, None)
+        if old is not None:
+            self._bytes -= old[1]
+        size = old[1] if old is not None else events_bytes(events[: len(events) - len(added)])
+        size += events_bytes(added)
+        if size > self.max_run_bytes:
+            return False
+        self._runs[key] = (events, size)
+        self._bytes += size
+        while len(self._runs) > self.max_runs or self._bytes > self.max_bytes:
+            _, (_, gone) = self._runs.popitem(last=False)
+            self._bytes -= gone
+        return key in self._runs
 
 
 async def whole_history(
@@ -100,8 +164,9 @@ async def whole_history(
     """The run's whole history. Events never change once written, so what was read
     before is kept and only the events after it are fetched (an open run's timeline,
     redrawn every few seconds, reads its new events only). The caller has described
-    the run with the visitor's own client: the cache is shared."""
-    key = (client.namespace, info.workflow_id, info.run_id)
+    the run with the visitor's own client: the cache is shared. A history too big to
+    keep is read whole each time (`HistoryCache.holds` says which)."""
+    key = run_key(client, info)
     known = cache.get(key) or []
     if known and (known[-1].type in CLOSE_TYPES or len(known) >= info.history_length):
         return known
@@ -116,8 +181,12 @@ async def whole_history(
         events.extend(page.events)
         if not page.next_event_id or not page.events:
             break
-    cache.put(key, events)
+    cache.put(key, events, events[len(known) :])
     return events
+
+
+def run_key(client: AsyncClient, info: WorkflowInfo) -> tuple[str, str, str]:
+    return (client.namespace, info.workflow_id, info.run_id)
 
 
 @dataclass(frozen=True)
@@ -132,8 +201,7 @@ async def history_slice(
 ) -> HistorySlice:
     """`size` events from `first` on: from what the cache holds of the run when it
     has them all, else one page from the server (never the whole history)."""
-    key = (client.namespace, info.workflow_id, info.run_id)
-    cached = cache.get(key)
+    cached = cache.get(run_key(client, info))
     if cached is None or len(cached) < min(first - 1 + size, info.history_length):
         page = await client.history_page(
             info.workflow_id, run_id=info.run_id, first_event_id=first, page_size=size

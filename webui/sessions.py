@@ -3,8 +3,10 @@
 A session is a random id in a cookie (HttpOnly, SameSite=Strict, Secure under
 HTTPS). It holds the CSRF token its forms carry, the API key its person logged
 in with (never sent back to the browser), and one message to show on the next
-page. Bounded: idle sessions are forgotten, and past `max_sessions` the least
-recently used go first.
+page. Bounded: idle sessions are forgotten, and past their bound the least
+recently used go first. Anonymous sessions (anyone can make one with a request)
+and logged-in ones are bounded apart, so that traffic from nobody in particular
+never pushes out a person who logged in.
 """
 
 from __future__ import annotations
@@ -38,43 +40,79 @@ class Session:
 
 
 class SessionStore:
-    def __init__(self, *, idle_seconds: float, max_sessions: int) -> None:
+    def __init__(
+        self, *, idle_seconds: float, max_sessions: int, max_anonymous: int | None = None
+    ) -> None:
         self.idle_seconds = idle_seconds
         self.max_sessions = max_sessions
-        self._sessions: OrderedDict[str, Session] = OrderedDict()
+        """Logged-in sessions."""
+        self.max_anonymous = max_anonymous if max_anonymous is not None else max_sessions
+        self._anonymous: OrderedDict[str, Session] = OrderedDict()
+        self._logged_in: OrderedDict[str, Session] = OrderedDict()
 
-    def get(self, sid: str | None) -> Session | None:
+    def get(self, sid: str | None, *, touch: bool = True) -> Session | None:
+        """The live session of `sid`, or None. `touch=False` (a page's own polling):
+        it does not count as the person being there, so idleness still ends it."""
         if not sid:
             return None
-        session = self._sessions.get(sid)
         now = time.monotonic()
-        if session is None or now - session.last_seen > self.idle_seconds:
-            self._sessions.pop(sid, None)
-            return None
-        session.last_seen = now
-        self._sessions.move_to_end(sid)
-        return session
+        for store in (self._logged_in, self._anonymous):
+            session = store.get(sid)
+            if session is None:
+                continue
+            if now - session.last_seen > self.idle_seconds:
+                del store[sid]
+                return None
+            if touch:
+                session.last_seen = now
+                store.move_to_end(sid)
+            return session
+        return None
 
     def new(self) -> Session:
-        self._expire()
+        """An anonymous session."""
+        self._expire(self._anonymous)
         session = Session(sid=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32))
-        self._sessions[session.sid] = session
-        while len(self._sessions) > self.max_sessions:
-            self._sessions.popitem(last=False)
+        self._anonymous[session.sid] = session
+        while len(self._anonymous) > self.max_anonymous:
+            self._anonymous.popitem(last=False)
         return session
 
     def rotate(self, session: Session) -> Session:
-        """A new id and CSRF token for the same person (at login and logout), so an
-        id known before login is worth nothing after it."""
-        self._sessions.pop(session.sid, None)
+        """A new id and CSRF token for the same person (at logout), so an id known
+        before is worth nothing after it. The new session is anonymous."""
+        self._drop(session.sid)
         fresh = self.new()
         fresh.flash = session.flash
         return fresh
 
-    def _expire(self) -> None:
+    def login(self, session: Session, api_key: str, key_id: str) -> Session:
+        """A new id and CSRF token (the old id is worth nothing), holding the key."""
+        self._drop(session.sid)
+        self._expire(self._logged_in)
+        fresh = Session(
+            sid=secrets.token_urlsafe(32),
+            csrf=secrets.token_urlsafe(32),
+            api_key=api_key,
+            key_id=key_id,
+            flash=session.flash,
+        )
+        self._logged_in[fresh.sid] = fresh
+        while len(self._logged_in) > self.max_sessions:
+            self._logged_in.popitem(last=False)
+        return fresh
+
+    def __len__(self) -> int:
+        return len(self._anonymous) + len(self._logged_in)
+
+    def _drop(self, sid: str) -> None:
+        self._anonymous.pop(sid, None)
+        self._logged_in.pop(sid, None)
+
+    def _expire(self, store: OrderedDict[str, Session]) -> None:
         now = time.monotonic()
-        while self._sessions:
-            sid, oldest = next(iter(self._sessions.items()))
+        while store:
+            sid, oldest = next(iter(store.items()))
             if now - oldest.last_seen <= self.idle_seconds:
                 break
-            del self._sessions[sid]
+            del store[sid]

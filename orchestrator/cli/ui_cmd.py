@@ -1,9 +1,10 @@
 """`weft ui`: serve the web UI (the `webui` package) as a process of its own.
 
 It talks to the server as any client does (`--address`, `--namespace`, the TLS
-and API key options); `--api-key` is what visitors who have not logged in use.
-It listens on loopback by default: another address is refused unless the UI
-serves HTTPS (`--https-cert`/`--https-key`) or `--insecure` is given.
+and API key options); `--api-key` is what visitors who have not logged in use,
+on loopback only. It listens on loopback by default: another address is refused
+unless the UI serves HTTPS (`--https-cert`/`--https-key`), has no key of its own
+for anonymous visitors, and the server asks for credentials — or `--insecure`.
 """
 
 from __future__ import annotations
@@ -39,6 +40,14 @@ _FILE = click.Path(exists=True, dir_okay=False)
     help="serve plain HTTP on a non-loopback address anyway",
 )
 @click.option(
+    "--allowed-host",
+    "allowed_hosts",
+    multiple=True,
+    metavar="NAME",
+    help="a host name the UI is reached by (besides --listen's host and loopback);"
+    " repeatable, `*.example.com` for a domain's",
+)
+@click.option(
     "--log-level",
     type=click.Choice(["debug", "info", "warning", "error"]),
     default="warning",
@@ -51,12 +60,16 @@ def ui(
     https_cert: str | None,
     https_key: str | None,
     insecure: bool,
+    allowed_hosts: tuple[str, ...],
     log_level: str,
 ) -> None:
     """Serve the web UI: runs, histories, timelines, steps, locks, task lists."""
+    import asyncio
+
     import uvicorn
 
     from webui import UiConfig, create_app
+    from webui.config import server_refusal
 
     config = UiConfig(
         address=address,
@@ -67,8 +80,11 @@ def ui(
         https_cert=https_cert,
         https_key=https_key,
         insecure=insecure,
+        allowed_hosts=allowed_hosts,
     )
     refusal = config.refusal()
+    if refusal is None and config.exposed and not insecure:
+        refusal = asyncio.run(server_refusal(config))
     if refusal:
         fail("ui", refusal, EXIT_USAGE)
     host, _, port = listen.rpartition(":")
