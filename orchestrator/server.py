@@ -30,6 +30,7 @@ from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
 from orchestrator.schedules.runner import ScheduleRunner
+from orchestrator.store import dialect
 from orchestrator.store import nodes as node_rows
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
@@ -189,7 +190,7 @@ class Server:
             port=self.port,
             tls="mutual" if self.tls and self.tls.mutual else "on" if self.tls else "off",
             auth="required" if self.config.auth else "off",
-            db=_safe(self.config.db_url),
+            db=dialect.display_url(self.config.db_url),
             node=self._membership.node_id,
         )
         return self.port
@@ -411,9 +412,3 @@ class Server:
             await self._membership.become(status)
         except Exception as exc:
             log.warning("node.status_failed", status=status, error=str(exc)[:200])
-
-
-def _safe(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)

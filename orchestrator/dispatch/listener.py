@@ -10,15 +10,11 @@ from collections.abc import Callable
 
 import psycopg
 import structlog
-from sqlalchemy.engine import make_url
 
+from orchestrator.store.dialect import libpq_url
 from orchestrator.store.rows import CHANGES_CHANNEL, NOTIFY_CHANNEL, TaskListKey
 
 log = structlog.get_logger("weft.dispatch")
-
-
-def conninfo(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def listen(
@@ -35,7 +31,7 @@ async def listen(
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(
-                conninfo(url), autocommit=True
+                libpq_url(url), autocommit=True
             ) as conn:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 await conn.execute(f"LISTEN {CHANGES_CHANNEL}")

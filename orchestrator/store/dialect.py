@@ -37,6 +37,11 @@ def libpq_url(url: str) -> str:
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
+def display_url(url: str) -> str:
+    """The URL with its password hidden, for logs."""
+    return make_url(url).render_as_string(hide_password=True)
+
+
 def create_engine(url: str) -> AsyncEngine:
     engine = create_async_engine(async_url(url))
     if engine.dialect.name == "sqlite":
