@@ -30,7 +30,7 @@ from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
 from orchestrator.schedules.runner import ScheduleRunner
-from orchestrator.store import dialect
+from orchestrator.store import dialect, notices
 from orchestrator.store import nodes as node_rows
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
@@ -350,13 +350,13 @@ class Server:
         """Another node's news: a namespace's types were registered anew, a
         credential was revoked, or a run closed (its followers here read its
         last events now)."""
-        if kind == "types" and self._store is not None:
+        if kind == notices.TYPES and self._store is not None:
             self._store.types.forget(subject)
-        elif kind == "credentials" and self.guard is not None:
+        elif kind == notices.CREDENTIALS and self.guard is not None:
             self.guard.forget(subject)
-        elif kind == "closed":
+        elif kind == notices.CLOSED:
             self._wakeups.wake(("run", subject))
-        elif kind == "worker":
+        elif kind == notices.WORKER:
             self._sessions.ended(subject)
 
     def _on_notify(self, key: TaskListKey, added: int) -> None:

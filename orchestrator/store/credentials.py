@@ -17,8 +17,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.engine.errors import NotFound
 
+from .notices import CHANGES_CHANNEL, CREDENTIALS, change
 from .reads import StoreBase
-from .rows import CHANGES_CHANNEL, aware
+from .rows import aware
 from .schema import credentials
 
 KEY, CERTIFICATE = "key", "certificate"
@@ -72,7 +73,7 @@ def _naive(value: datetime | None) -> datetime | None:
 async def _notify(conn: AsyncConnection, store: StoreBase, credential_id: str) -> None:
     await conn.execute(
         text("SELECT pg_notify(:ch, :payload)"),
-        {"ch": CHANGES_CHANNEL, "payload": f"{store.node_id}|credentials|{credential_id}"},
+        {"ch": CHANGES_CHANNEL, "payload": change(store.node_id, CREDENTIALS, credential_id)},
     )
 
 

@@ -34,14 +34,12 @@ from orchestrator.engine.transition import OutboundSignal, Transition
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, purge
+from .notices import CHANGES_CHANNEL, NOTIFY_CHANNEL, closed_payload, tasks_added
 from .reads import StoreBase
 from .rows import (
-    CHANGES_CHANNEL,
-    NOTIFY_CHANNEL,
     Committed,
     RunRow,
     TaskListKey,
-    closed_payload,
     naive,
     utcnow,
 )
@@ -339,7 +337,7 @@ class LockedWrites(StoreBase):
             for key, n in counts.items():
                 await conn.execute(
                     text("SELECT pg_notify(:ch, :payload)"),
-                    {"ch": NOTIFY_CHANNEL, "payload": key.channel_payload(self.node_id, n)},
+                    {"ch": NOTIFY_CHANNEL, "payload": tasks_added(self.node_id, key, n)},
                 )
 
     async def _sync_deadlines(

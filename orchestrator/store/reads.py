@@ -22,9 +22,9 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect
 from .cache import RunCache
+from .notices import CHANGES_CHANNEL, TYPES, change
 from .registrations import TypeCache
 from .rows import (
-    CHANGES_CHANNEL,
     Committed,
     DbStats,
     DueDeadline,
@@ -472,7 +472,7 @@ class StoreBase:
                 if self.is_pg:  # every other node forgets what it read of these types
                     await conn.execute(
                         text("SELECT pg_notify(:ch, :payload)"),
-                        {"ch": CHANGES_CHANNEL, "payload": f"{self.node_id}|types|{namespace}"},
+                        {"ch": CHANGES_CHANNEL, "payload": change(self.node_id, TYPES, namespace)},
                     )
 
         try:

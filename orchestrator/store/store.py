@@ -41,8 +41,9 @@ from .credentials import Credentials
 from .diagnostics import Diagnostics
 from .locked import LockedWrites
 from .nodes import Nodes
+from .notices import NOTIFY_CHANNEL
 from .pg_writer import PgWriter
-from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
+from .rows import Committed, DueDeadline, RunRow, TaskListKey, utcnow
 from .schedules import Schedules
 from .sqlite_writer import SqliteWriter
 from .workers import WorkerSessions

@@ -19,8 +19,9 @@ from sqlalchemy.ext.asyncio import AsyncConnection
 from orchestrator.engine.errors import FailedPrecondition
 
 from . import dialect
+from .notices import CHANGES_CHANNEL, WORKER, change
 from .reads import StoreBase
-from .rows import CHANGES_CHANNEL, aware
+from .rows import aware
 from .schema import runs, worker_runs, worker_sessions
 
 LIVE, STOPPED, LOST = "live", "stopped", "lost"
@@ -69,12 +70,6 @@ def _session(r: object) -> WorkerSession:
 
 def _naive(value: datetime) -> datetime:
     return value.replace(tzinfo=None)
-
-
-def ended_payload(node: str, session_id: str) -> str:
-    """The CHANGES_CHANNEL payload of a session that ended: other nodes refuse
-    its polls from then on."""
-    return f"{node}|worker|{session_id}"
 
 
 class WorkerSessions:
@@ -304,7 +299,7 @@ class WorkerSessions:
 async def _notify(conn: AsyncConnection, store: StoreBase, session_id: str) -> None:
     await conn.execute(
         text("SELECT pg_notify(:ch, :payload)"),
-        {"ch": CHANGES_CHANNEL, "payload": ended_payload(store.node_id, session_id)},
+        {"ch": CHANGES_CHANNEL, "payload": change(store.node_id, WORKER, session_id)},
     )
 
 
