@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar, overload
 
-from sqlalchemy import bindparam, delete, insert, select, text, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -93,7 +93,6 @@ _OPEN_RUN = select(runs.c.run_id).where(
     runs.c.workflow_id == bindparam("workflow_id"),
     runs.c.status == "open",
 )
-_LOCK_NAME_XACT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 
 
 def _open_children(before: list[ChildState], events: list[h.HistoryEvent]) -> list[ChildState]:
@@ -331,14 +330,12 @@ class LockedWrites(StoreBase):
         )
         counts = Counter(TaskListKey(s.namespace, r.kind, r.task_list) for r in added)
         c.task_lists.update(counts)
-        if self.is_pg:
-            # Transactional: delivered on commit only, so a poller woken on
-            # another node always finds the row.
-            for key, n in counts.items():
-                await conn.execute(
-                    text("SELECT pg_notify(:ch, :payload)"),
-                    {"ch": NOTIFY_CHANNEL, "payload": tasks_added(self.node_id, key, n)},
-                )
+        # Transactional: delivered on commit only, so a poller woken on
+        # another node always finds the row.
+        for key, n in counts.items():
+            await dialect.notify(
+                conn, self.is_pg, NOTIFY_CHANNEL, tasks_added(self.node_id, key, n)
+            )
 
     async def _sync_deadlines(
         self,
@@ -382,10 +379,9 @@ class LockedWrites(StoreBase):
         }
         if not carried:
             return set()
-        if self.is_pg:
-            # All of the run's names, sorted, as `_sync_locks` takes them.
-            for name in sorted(before.keys() | carried.keys()):
-                await conn.execute(_LOCK_NAME_XACT, {"key": f"{t.state.namespace}/{name}"})
+        # All of the run's names, sorted, as `_sync_locks` takes them.
+        names = sorted(before.keys() | carried.keys())
+        await dialect.lock_names(conn, self.is_pg, (f"{t.state.namespace}/{n}" for n in names))
         for name, (new_run_id, claim) in carried.items():
             table = locks if claim.held else lock_waiters
             moved = await conn.execute(
@@ -419,10 +415,8 @@ class LockedWrites(StoreBase):
         if not before and not after:
             return
         changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
-        if self.is_pg:
-            # Sorted, so that two transactions take shared names in one order.
-            for name in changed:
-                await conn.execute(_LOCK_NAME_XACT, {"key": f"{s.namespace}/{name}"})
+        # Sorted, so that two transactions take shared names in one order.
+        await dialect.lock_names(conn, self.is_pg, (f"{s.namespace}/{n}" for n in changed))
         to_settle: list[tuple[str, str, str]] = []  # (lock, previous holder's workflow id, run id)
         for name in changed:
             old, new = before.get(name), after.get(name)
@@ -581,11 +575,9 @@ class LockedWrites(StoreBase):
         """A run closed: tell its parent, apply its children's close policies, and
         wake whoever follows it on another node."""
         s = t.state
-        if self.is_pg:
-            await conn.execute(
-                text("SELECT pg_notify(:ch, :payload)"),
-                {"ch": CHANGES_CHANNEL, "payload": closed_payload(self.node_id, s.run_id)},
-            )
+        await dialect.notify(
+            conn, self.is_pg, CHANGES_CHANNEL, closed_payload(self.node_id, s.run_id)
+        )
         close = next(e for e in reversed(t.events) if e.type in CLOSE_EVENTS)
         if s.parent_run_id and close.type != "WorkflowContinuedAsNew":
             # (A child that continued as new goes on as the same child.)

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import event, func, insert, literal, select, text, union_all
+from sqlalchemy import event, func, insert, literal, select, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -469,11 +469,10 @@ class StoreBase:
         async def attempt() -> None:
             async with self._write() as conn:
                 await conn.execute(stmt)
-                if self.is_pg:  # every other node forgets what it read of these types
-                    await conn.execute(
-                        text("SELECT pg_notify(:ch, :payload)"),
-                        {"ch": CHANGES_CHANNEL, "payload": change(self.node_id, TYPES, namespace)},
-                    )
+                # Every other node forgets what it read of these types.
+                await dialect.notify(
+                    conn, self.is_pg, CHANGES_CHANNEL, change(self.node_id, TYPES, namespace)
+                )
 
         try:
             await self._retrying(attempt)
