@@ -22,6 +22,7 @@ from orchestrator.api.tokens import TokenCodec
 from orchestrator.auth.gate import Authenticator, PrincipalLimits
 from orchestrator.config import ServerConfig
 from orchestrator.diagnostics.findings import KINDS
+from orchestrator.dispatch.follow import follow_key
 from orchestrator.dispatch.listener import listen
 from orchestrator.dispatch.pollers import FLUSH_EVERY as POLLERS_FLUSH_EVERY
 from orchestrator.dispatch.pollers import PollerSightings
@@ -77,7 +78,7 @@ class Server:
         for key, added in c.task_lists.items():
             self._wakeups.wake_pollers(key, added)
         for run_id in c.runs_with_events:
-            self._wakeups.wake(("run", run_id))
+            self._wakeups.wake(follow_key(run_id))
         if c.earliest_deadline is not None and self._scanner is not None:
             self._scanner.hint(c.earliest_deadline)
 
@@ -355,7 +356,7 @@ class Server:
         elif kind == notices.CREDENTIALS and self.guard is not None:
             self.guard.forget(subject)
         elif kind == notices.CLOSED:
-            self._wakeups.wake(("run", subject))
+            self._wakeups.wake(follow_key(subject))
         elif kind == notices.WORKER:
             self._sessions.ended(subject)
 
