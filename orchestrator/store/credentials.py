@@ -22,6 +22,7 @@ from .notices import CHANGES_CHANNEL, CREDENTIALS, change
 from .reads import StoreBase
 from .rows import aware
 from .schema import credentials
+from .upkeep_writes import UpkeepWrites
 
 KEY, CERTIFICATE = "key", "certificate"
 
@@ -81,7 +82,7 @@ class Credentials:
     """Reads and writes of the credentials table, through the store's
     connections and retries."""
 
-    def __init__(self, store: StoreBase) -> None:
+    def __init__(self, store: UpkeepWrites) -> None:
         self._store = store
 
     async def auth_secret(self) -> bytes:

@@ -28,7 +28,6 @@ from orchestrator.engine import derived, external
 from orchestrator.engine import locks as lock_rules
 from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound, ResourceExhausted
 from orchestrator.engine.events import CHILD_CLOSES, CLOSE_EVENTS
-from orchestrator.engine.retention import SYSTEM_DEFAULT
 from orchestrator.engine.state import ChildState, RunKey, RunState
 from orchestrator.engine.transition import OutboundSignal, Transition
 from sdk.api.weft.v1 import history_pb2 as h
@@ -48,7 +47,6 @@ from .schema import (
     history_events,
     lock_waiters,
     locks,
-    namespaces,
     request_ids,
     runs,
     tasks,
@@ -536,20 +534,6 @@ class LockedWrites(StoreBase):
 
         deleted: int = await self._retrying(remove)
         return deleted
-
-    async def register_namespace(self, name: str, retention_text: str, description: str) -> None:
-        row = {
-            "name": name,
-            "retention": retention_text or SYSTEM_DEFAULT,
-            "description": description,
-            "registered_at": naive(utcnow().timestamp()),
-        }
-        # Registering again changes what it gives, as for types.
-        given = {k: v for k, v in row.items() if v not in ("", None)}
-        if not retention_text:
-            given.pop("retention")
-        stmt = dialect.upsert(self.is_pg, namespaces, row, ["name"], update=given)
-        await self._retrying(lambda: self._execute(stmt))
 
     async def _deliver(self, conn: AsyncConnection, t: Transition, c: Committed) -> None:
         """Append this transition's signals to the runs they go to."""

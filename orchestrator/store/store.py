@@ -46,6 +46,7 @@ from .pg_writer import PgWriter
 from .rows import Committed, DueDeadline, RunRow, TaskListKey, utcnow
 from .schedules import Schedules
 from .sqlite_writer import SqliteWriter
+from .upkeep_writes import UpkeepWrites
 from .workers import WorkerSessions
 from .writes import Before, Candidate, Conflict, multi_run, plan
 
@@ -83,7 +84,7 @@ class _Lost:
 _LOST = _Lost()
 
 
-class Store(LockedWrites):
+class Store(LockedWrites, UpkeepWrites):
     _hot: PgWriter | SqliteWriter
     credentials: Credentials
     workers: WorkerSessions
