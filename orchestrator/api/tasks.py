@@ -13,10 +13,8 @@ import structlog
 
 from orchestrator.engine import activity as activities
 from orchestrator.engine import caller
-from orchestrator.engine.children import ChildType
+from orchestrator.engine.context import ActivityDefaults, ChildType, DecisionContext
 from orchestrator.engine.decisions import (
-    ActivityDefaults,
-    DecisionContext,
     complete_decision_task,
     fail_decision_task,
     start_decision_task,
