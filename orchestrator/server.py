@@ -22,6 +22,7 @@ from orchestrator.api.tokens import TokenCodec
 from orchestrator.auth.gate import Authenticator, PrincipalLimits
 from orchestrator.config import ServerConfig
 from orchestrator.diagnostics.findings import KINDS
+from orchestrator.dispatch.follow import follow_key
 from orchestrator.dispatch.listener import listen
 from orchestrator.dispatch.pollers import FLUSH_EVERY as POLLERS_FLUSH_EVERY
 from orchestrator.dispatch.pollers import PollerSightings
@@ -30,6 +31,7 @@ from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
 from orchestrator.schedules.runner import ScheduleRunner
+from orchestrator.store import dialect, notices
 from orchestrator.store import nodes as node_rows
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
@@ -76,7 +78,7 @@ class Server:
         for key, added in c.task_lists.items():
             self._wakeups.wake_pollers(key, added)
         for run_id in c.runs_with_events:
-            self._wakeups.wake(("run", run_id))
+            self._wakeups.wake(follow_key(run_id))
         if c.earliest_deadline is not None and self._scanner is not None:
             self._scanner.hint(c.earliest_deadline)
 
@@ -189,7 +191,7 @@ class Server:
             port=self.port,
             tls="mutual" if self.tls and self.tls.mutual else "on" if self.tls else "off",
             auth="required" if self.config.auth else "off",
-            db=_safe(self.config.db_url),
+            db=dialect.display_url(self.config.db_url),
             node=self._membership.node_id,
         )
         return self.port
@@ -349,13 +351,13 @@ class Server:
         """Another node's news: a namespace's types were registered anew, a
         credential was revoked, or a run closed (its followers here read its
         last events now)."""
-        if kind == "types" and self._store is not None:
+        if kind == notices.TYPES and self._store is not None:
             self._store.types.forget(subject)
-        elif kind == "credentials" and self.guard is not None:
+        elif kind == notices.CREDENTIALS and self.guard is not None:
             self.guard.forget(subject)
-        elif kind == "closed":
-            self._wakeups.wake(("run", subject))
-        elif kind == "worker":
+        elif kind == notices.CLOSED:
+            self._wakeups.wake(follow_key(subject))
+        elif kind == notices.WORKER:
             self._sessions.ended(subject)
 
     def _on_notify(self, key: TaskListKey, added: int) -> None:
@@ -411,9 +413,3 @@ class Server:
             await self._membership.become(status)
         except Exception as exc:
             log.warning("node.status_failed", status=status, error=str(exc)[:200])
-
-
-def _safe(url: str) -> str:
-    from sqlalchemy.engine import make_url
-
-    return make_url(url).render_as_string(hide_password=True)

@@ -3,7 +3,6 @@ holds the store, the token codec and the wake-ups."""
 
 from __future__ import annotations
 
-import asyncio
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -12,15 +11,15 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from orchestrator.auth.gate import PrincipalLimits
+from orchestrator.dispatch import follow
 from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
 from orchestrator.dispatch.sessions import SessionBook
-from orchestrator.dispatch.wakeups import Wakeups, wait
+from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.engine.limits import Defaults, Limits
 from orchestrator.metrics import Metrics
 from orchestrator.store.store import RunRow, Store
 from sdk.api.weft.v1 import common_pb2 as c
-from sdk.api.weft.v1 import history_pb2 as h
 from sdk.api.weft.v1 import service_pb2 as s
 
 from . import paging
@@ -33,7 +32,6 @@ HISTORY_PAGE = 1000
 # client can receive, whatever the events hold (one event always fits: a payload
 # is at most 256 KiB).
 HISTORY_PAGE_BYTES = 2 * 1024 * 1024
-RECHECK = 2.0  # a missed cross-node wake-up costs at most this much latency
 STATUS_VALUES = {
     "open": c.WORKFLOW_STATUS_OPEN,
     "completed": c.WORKFLOW_STATUS_COMPLETED,
@@ -115,7 +113,7 @@ class ServiceBase:
         self._tokens = tokens
         self._wakeups = wakeups
         self._settings = settings
-        self.polls = LongPolls(wakeups, settings.max_polls_per_client)
+        self.polls = LongPolls(wakeups, settings.max_polls_per_client, pollers)
         self._pollers = pollers
         self.sessions = sessions or SessionBook()
 
@@ -164,28 +162,17 @@ class ServiceBase:
                 )
             more = bool(events) and events[-1].event_id < last_id
         else:
-            events, more = await self._tail(run_id, first_id, size, wait_new)
+            events, more = await follow.tail(
+                self._store,
+                self._wakeups,
+                run_id,
+                first_id,
+                size,
+                HISTORY_PAGE_BYTES,
+                wait_new,
+                self._settings.long_poll,
+                lambda: self.draining,
+            )
         nxt = events[-1].event_id + 1 if events else first_id
         token = paging.encode(run_id, nxt, last_id) if more else b""
         return s.GetWorkflowHistoryResponse(events=events, next_page_token=token, run_id=run_id)
-
-    async def _tail(
-        self, run_id: str, first_id: int, size: int, wait_new: bool
-    ) -> tuple[list[h.HistoryEvent], bool]:
-        deadline = asyncio.get_running_loop().time() + self._settings.long_poll
-        while True:
-            woken = self._wakeups.current(("run", run_id))
-            # Status first: if the run was closed before we read, the read sees its last event.
-            state = await self._store.load_state(run_id)
-            events = await self._store.read_history(
-                run_id, first_id, None, size, HISTORY_PAGE_BYTES
-            )
-            remaining = deadline - asyncio.get_running_loop().time()
-            if events or not wait_new or not state.is_open or self.draining or remaining <= 0:
-                break
-            await wait(woken, min(remaining, RECHECK))
-        nxt = events[-1].event_id + 1 if events else first_id
-        # A follower (wait_new) is handed a token while the run is open, to wait on;
-        # a plain read ends at the history as it stands. A closed run's length is
-        # final, so "more" is exact once it is closed.
-        return events, (wait_new and state.is_open) or nxt < state.next_event_id

@@ -5,19 +5,16 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
 import structlog
 
-from orchestrator.dispatch.polls import client_of
 from orchestrator.engine import activity as activities
 from orchestrator.engine import caller
-from orchestrator.engine.children import ChildType
+from orchestrator.engine.context import ActivityDefaults, ChildType, DecisionContext
 from orchestrator.engine.decisions import (
-    ActivityDefaults,
-    DecisionContext,
     complete_decision_task,
     fail_decision_task,
     start_decision_task,
@@ -94,22 +91,6 @@ SUGGEST_CONTINUE = 0.9  # of the event limit: leaves room to finish the current 
 class TaskService(ServiceBase):
     # -- decision tasks ---------------------------------------------------------------
 
-    async def _long_poll(
-        self,
-        key: TaskListKey,
-        identity: str,
-        ctx: Ctx,
-        claim: Callable[[], Awaitable[R | None]],
-        take: Callable[[Transition, int], R],
-        cache_id: str = "",
-    ) -> R | None:
-        """Claim a task, or wait in line until a commit hands one over or wakes
-        this poller to look, until the long poll expires."""
-        self._pollers.note(key, identity, time.time())
-        return await self.polls.poll(
-            key, client_of(ctx.peer()), self._settings.long_poll, claim, take, cache_id
-        )
-
     @grpc_errors
     async def PollForDecisionTask(
         self, req: s.PollForDecisionTaskRequest, ctx: Ctx
@@ -128,10 +109,11 @@ class TaskService(ServiceBase):
                 started = start_decision_task(t, scheduled_id, req.identity, session)
             return DecisionStart.of(t, started)
 
-        got = await self._long_poll(
+        got = await self.polls.poll_task_list(
             key,
             req.identity,
-            ctx,
+            ctx.peer(),
+            self._settings.long_poll,
             lambda: self._store.claim(ns, DECISION, req.task_list, take),
             take,
             req.cache_id,
@@ -329,10 +311,11 @@ class TaskService(ServiceBase):
                 act = activities.start_activity_task(t, scheduled_id, req.identity, session)
             return ActivityStart.of(t, act.activity_id, scheduled_id)
 
-        got = await self._long_poll(
+        got = await self.polls.poll_task_list(
             key,
             req.identity,
-            ctx,
+            ctx.peer(),
+            self._settings.long_poll,
             lambda: self._store.claim(ns, ACTIVITY, req.task_list, take),
             take,
         )

@@ -10,15 +10,17 @@ from collections.abc import Callable
 
 import psycopg
 import structlog
-from sqlalchemy.engine import make_url
 
-from orchestrator.store.rows import CHANGES_CHANNEL, NOTIFY_CHANNEL, TaskListKey
+from orchestrator.store.dialect import libpq_url
+from orchestrator.store.notices import (
+    CHANGES_CHANNEL,
+    NOTIFY_CHANNEL,
+    read_change,
+    read_tasks_added,
+)
+from orchestrator.store.rows import TaskListKey
 
 log = structlog.get_logger("weft.dispatch")
-
-
-def conninfo(url: str) -> str:
-    return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
 
 
 async def listen(
@@ -35,7 +37,7 @@ async def listen(
     while True:
         try:
             async with await psycopg.AsyncConnection.connect(
-                conninfo(url), autocommit=True
+                libpq_url(url), autocommit=True
             ) as conn:
                 await conn.execute(f"LISTEN {NOTIFY_CHANNEL}")
                 await conn.execute(f"LISTEN {CHANGES_CHANNEL}")
@@ -46,13 +48,12 @@ async def listen(
                 while True:
                     async for note in conn.notifies(timeout=5.0):
                         if note.channel == CHANGES_CHANNEL:
-                            node, _, rest = note.payload.partition("|")
-                            kind, _, subject = rest.partition("|")
+                            node, kind, subject = read_change(note.payload)
                             if node != own_node and kind:
                                 on_change(kind, subject)
                             continue
                         try:
-                            node, added, key = TaskListKey.from_payload(note.payload)
+                            node, added, key = read_tasks_added(note.payload)
                         except ValueError:
                             continue  # not a payload this version writes
                         if node != own_node:

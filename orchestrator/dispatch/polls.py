@@ -10,6 +10,7 @@ node for everyone else.
 from __future__ import annotations
 
 import asyncio
+import time
 from collections import Counter
 from collections.abc import Awaitable, Callable, Iterator
 from contextlib import contextmanager
@@ -20,6 +21,7 @@ from orchestrator.engine.errors import EngineError, ResourceExhausted
 from orchestrator.engine.transition import Transition
 from orchestrator.store.rows import TaskListKey
 
+from .pollers import PollerSightings
 from .wakeups import Delivery, Ticket, Wakeups, wait_ticket
 
 T = TypeVar("T")
@@ -42,9 +44,13 @@ def client_of(peer: str) -> str:
 
 class LongPolls:
     def __init__(
-        self, wakeups: Wakeups, max_per_client: int = DEFAULT_MAX_POLLS_PER_CLIENT
+        self,
+        wakeups: Wakeups,
+        max_per_client: int = DEFAULT_MAX_POLLS_PER_CLIENT,
+        sightings: PollerSightings | None = None,
     ) -> None:
         self._wakeups = wakeups
+        self._sightings = sightings or PollerSightings()
         self.max_per_client = max_per_client
         self._per_client: Counter[str] = Counter()
         self.draining = False
@@ -66,6 +72,22 @@ class LongPolls:
             self._per_client[client] -= 1
             if not self._per_client[client]:
                 del self._per_client[client]
+
+    async def poll_task_list(
+        self,
+        key: TaskListKey,
+        identity: str,
+        peer: str,
+        timeout: float,
+        claim: Callable[[], Awaitable[T | None]],
+        take: Callable[[Transition, int], T],
+        cache_id: str = "",
+    ) -> T | None:
+        """A worker's poll (`peer` as gRPC names it): claim a task, or wait in
+        line until a commit hands one over or wakes this poller to look, until
+        the long poll expires. The poller is noted as seen on `key`."""
+        self._sightings.note(key, identity, time.time())
+        return await self.poll(key, client_of(peer), timeout, claim, take, cache_id)
 
     async def poll(
         self,

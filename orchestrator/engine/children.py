@@ -10,20 +10,15 @@ child) the store applies to those runs in the same transaction.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import TYPE_CHECKING
-
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import external
+from .context import ChildType, DecisionContext
 from .start import StartCommand, start_workflow
 from .state import ChildState, RunKey, RunState
 from .transition import OutboundSignal, Transition
-
-if TYPE_CHECKING:
-    from .decisions import DecisionContext
 
 POLICIES = {
     d.PARENT_CLOSE_POLICY_UNSPECIFIED: "terminate",
@@ -31,17 +26,6 @@ POLICIES = {
     d.PARENT_CLOSE_POLICY_REQUEST_CANCEL: "request_cancel",
     d.PARENT_CLOSE_POLICY_ABANDON: "abandon",
 }
-
-
-@dataclass(frozen=True)
-class ChildType:
-    """What a child start takes from its type's registration (read by the caller)."""
-
-    version: str = ""
-    task_list: str = ""
-    execution_timeout: float | None = None
-    decider_timeout: float | None = None
-    definition: str = ""
 
 
 def start_child(

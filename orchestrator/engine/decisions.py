@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
@@ -16,9 +15,10 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from . import children, locks, retention
 from . import decider_attempts as attempts
+from .context import ActivityDefaults, DecisionContext
 from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .events import RETENTION_MARKER, retention_text
-from .limits import Defaults, Limits
+from .limits import Limits
 from .start import StartCommand, start_workflow
 from .state import RunKey, RunState
 from .tokens import TaskToken, check_open
@@ -45,38 +45,6 @@ CLOSE_DECISIONS: Mapping[str, str] = {
     "continue_as_new": "ContinueAsNew",
 }
 _TIMEOUT_FIELDS = ("schedule_to_start", "start_to_close", "schedule_to_close", "heartbeat")
-
-
-@dataclass(frozen=True)
-class ActivityDefaults:
-    """Defaults of a registered activity type (seconds; None: not set)."""
-
-    task_list: str = ""
-    schedule_to_start: float | None = None
-    start_to_close: float | None = None
-    schedule_to_close: float | None = None
-    heartbeat: float | None = None
-
-
-@dataclass(frozen=True)
-class DecisionContext:
-    limits: Limits = field(default_factory=Limits)
-    defaults: Defaults = field(default_factory=Defaults)
-    activity_defaults: Mapping[tuple[str, str], ActivityDefaults] = field(default_factory=dict)
-    new_run_id: str = ""
-    """The run id a ContinueAsNew decision opens (chosen by the caller: the engine has no I/O)."""
-    new_run_definition: str = ""
-    """The registered definition of the type a ContinueAsNew decision continues as
-    (read by the caller), snapshotted into the new run like a start's."""
-    child_types: Mapping[tuple[str, str], children.ChildType] = field(default_factory=dict)
-    """Registrations of the types StartChildWorkflow decisions name."""
-    child_run_ids: Mapping[str, str] = field(default_factory=dict)
-    """A new run id for each workflow id a StartChildWorkflow decision names."""
-    open_workflows: frozenset[str] = frozenset()
-    """Which of those workflow ids have an open run already."""
-    signal_targets: Mapping[tuple[str, str], tuple[str, str]] = field(default_factory=dict)
-    """(workflow id, run id) of each SignalExternalWorkflow -> (the open run it
-    reaches, "") or ("", why it cannot: UNKNOWN_EXTERNAL_WORKFLOW, SIGNAL_LIMIT_EXCEEDED)."""
 
 
 def start_decision_task(t: Transition, scheduled_id: int, identity: str, session: str = "") -> int:

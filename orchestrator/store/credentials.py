@@ -12,14 +12,17 @@ import json
 from dataclasses import dataclass
 from datetime import datetime
 
-from sqlalchemy import insert, select, text, update
+from sqlalchemy import insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.engine.errors import NotFound
 
+from . import dialect
+from .notices import CHANGES_CHANNEL, CREDENTIALS, change
 from .reads import StoreBase
-from .rows import CHANGES_CHANNEL, aware
+from .rows import aware
 from .schema import credentials
+from .upkeep_writes import UpkeepWrites
 
 KEY, CERTIFICATE = "key", "certificate"
 
@@ -70,9 +73,8 @@ def _naive(value: datetime | None) -> datetime | None:
 
 
 async def _notify(conn: AsyncConnection, store: StoreBase, credential_id: str) -> None:
-    await conn.execute(
-        text("SELECT pg_notify(:ch, :payload)"),
-        {"ch": CHANGES_CHANNEL, "payload": f"{store.node_id}|credentials|{credential_id}"},
+    await dialect.notify(
+        conn, store.is_pg, CHANGES_CHANNEL, change(store.node_id, CREDENTIALS, credential_id)
     )
 
 
@@ -80,7 +82,7 @@ class Credentials:
     """Reads and writes of the credentials table, through the store's
     connections and retries."""
 
-    def __init__(self, store: StoreBase) -> None:
+    def __init__(self, store: UpkeepWrites) -> None:
         self._store = store
 
     async def auth_secret(self) -> bytes:
@@ -110,7 +112,7 @@ class Credentials:
         async def attempt() -> None:
             async with store._write() as conn:
                 await conn.execute(insert(credentials).values(**values))
-                if row.kind == CERTIFICATE and store.is_pg:
+                if row.kind == CERTIFICATE:
                     # Other nodes drop what they remember of certificate subjects:
                     # this subject may now have one grant more.
                     await _notify(conn, store, row.id)
@@ -151,7 +153,7 @@ class Credentials:
                     .where(credentials.c.revoked_at.is_(None))
                     .values(revoked_at=_naive(now))
                 )
-                if done.rowcount and store.is_pg:
+                if done.rowcount:
                     await _notify(conn, store, credential_id)
 
         await store._retrying(attempt)

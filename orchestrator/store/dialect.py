@@ -1,16 +1,24 @@
 """What differs between SQLite and PostgreSQL: engine set-up, row locking,
-upserts, error classification. Nothing else in the store branches on dialect."""
+upserts, notices to other nodes, lock-name locks, the clock leases are judged
+by, error classification. Beyond these the store branches on dialect only to
+choose a strategy: the hot-path writer (store.py), the purge and a lock of a
+run that skips a busy row (locked.py), the migration lock (migrate.py); and
+outside the store, what exists on PostgreSQL only (the cross-node listener in
+server.py, a contested leader lease in upkeep/leader.py)."""
 
 from __future__ import annotations
 
+from collections.abc import Iterable
+from datetime import datetime
 from typing import Any
 
-from sqlalchemy import event
+from sqlalchemy import event, func, text
 from sqlalchemy.dialects import postgresql, sqlite
 from sqlalchemy.engine import make_url
 from sqlalchemy.exc import DBAPIError, OperationalError
-from sqlalchemy.ext.asyncio import AsyncEngine, create_async_engine
+from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine, create_async_engine
 from sqlalchemy.sql import Insert, Select
+from sqlalchemy.sql.elements import ColumnElement
 
 WRITE = "weft_write"
 
@@ -35,6 +43,11 @@ def async_url(url: str) -> str:
 def libpq_url(url: str) -> str:
     """A PostgreSQL URL as libpq (psycopg used directly) reads it."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
+
+
+def display_url(url: str) -> str:
+    """The URL with its password hidden, for logs."""
+    return make_url(url).render_as_string(hide_password=True)
 
 
 def create_engine(url: str) -> AsyncEngine:
@@ -70,6 +83,36 @@ def _configure_sqlite(engine: AsyncEngine) -> None:
 def for_update(query: Select[Any], is_pg: bool, skip_locked: bool = False) -> Select[Any]:
     # SQLite has no row locks: BEGIN IMMEDIATE already serialises writers.
     return query.with_for_update(skip_locked=skip_locked) if is_pg else query
+
+
+async def notify(conn: AsyncConnection, is_pg: bool, channel: str, payload: str) -> None:
+    """Tell the other nodes (notices.py). Transactional: delivered on commit only,
+    so a node woken by it always finds the rows. SQLite has no other nodes."""
+    if is_pg:
+        await conn.execute(
+            text("SELECT pg_notify(:ch, :payload)"), {"ch": channel, "payload": payload}
+        )
+
+
+_LOCK_NAME_XACT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
+
+
+async def lock_names(conn: AsyncConnection, is_pg: bool, keys: Iterable[str]) -> None:
+    """Hold these names until the transaction ends, in the order given (callers
+    sort them, so that two transactions take shared names in one order). SQLite
+    serialises writers already."""
+    if is_pg:
+        for key in keys:
+            await conn.execute(_LOCK_NAME_XACT, {"key": key})
+
+
+def clock(is_pg: bool, now: datetime) -> ColumnElement[datetime] | datetime:
+    """The time leases and sessions are judged by: the database's on PostgreSQL,
+    so that nodes whose clocks disagree judge alike; `now` (naive UTC) on SQLite,
+    which has one node."""
+    if is_pg:
+        return func.timezone("UTC", func.now())
+    return now
 
 
 def upsert(

@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import datetime
 from typing import TypeVar, overload
 
-from sqlalchemy import bindparam, delete, insert, select, text, update
+from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection
 
@@ -28,20 +28,17 @@ from orchestrator.engine import derived, external
 from orchestrator.engine import locks as lock_rules
 from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound, ResourceExhausted
 from orchestrator.engine.events import CHILD_CLOSES, CLOSE_EVENTS
-from orchestrator.engine.retention import SYSTEM_DEFAULT
 from orchestrator.engine.state import ChildState, RunKey, RunState
 from orchestrator.engine.transition import OutboundSignal, Transition
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, purge
+from .notices import CHANGES_CHANNEL, NOTIFY_CHANNEL, closed_payload, tasks_added
 from .reads import StoreBase
 from .rows import (
-    CHANGES_CHANNEL,
-    NOTIFY_CHANNEL,
     Committed,
     RunRow,
     TaskListKey,
-    closed_payload,
     naive,
     utcnow,
 )
@@ -50,7 +47,6 @@ from .schema import (
     history_events,
     lock_waiters,
     locks,
-    namespaces,
     request_ids,
     runs,
     tasks,
@@ -95,7 +91,6 @@ _OPEN_RUN = select(runs.c.run_id).where(
     runs.c.workflow_id == bindparam("workflow_id"),
     runs.c.status == "open",
 )
-_LOCK_NAME_XACT = text("SELECT pg_advisory_xact_lock(hashtextextended(:key, 0))")
 
 
 def _open_children(before: list[ChildState], events: list[h.HistoryEvent]) -> list[ChildState]:
@@ -333,14 +328,12 @@ class LockedWrites(StoreBase):
         )
         counts = Counter(TaskListKey(s.namespace, r.kind, r.task_list) for r in added)
         c.task_lists.update(counts)
-        if self.is_pg:
-            # Transactional: delivered on commit only, so a poller woken on
-            # another node always finds the row.
-            for key, n in counts.items():
-                await conn.execute(
-                    text("SELECT pg_notify(:ch, :payload)"),
-                    {"ch": NOTIFY_CHANNEL, "payload": key.channel_payload(self.node_id, n)},
-                )
+        # Transactional: delivered on commit only, so a poller woken on
+        # another node always finds the row.
+        for key, n in counts.items():
+            await dialect.notify(
+                conn, self.is_pg, NOTIFY_CHANNEL, tasks_added(self.node_id, key, n)
+            )
 
     async def _sync_deadlines(
         self,
@@ -384,10 +377,9 @@ class LockedWrites(StoreBase):
         }
         if not carried:
             return set()
-        if self.is_pg:
-            # All of the run's names, sorted, as `_sync_locks` takes them.
-            for name in sorted(before.keys() | carried.keys()):
-                await conn.execute(_LOCK_NAME_XACT, {"key": f"{t.state.namespace}/{name}"})
+        # All of the run's names, sorted, as `_sync_locks` takes them.
+        names = sorted(before.keys() | carried.keys())
+        await dialect.lock_names(conn, self.is_pg, (f"{t.state.namespace}/{n}" for n in names))
         for name, (new_run_id, claim) in carried.items():
             table = locks if claim.held else lock_waiters
             moved = await conn.execute(
@@ -421,10 +413,8 @@ class LockedWrites(StoreBase):
         if not before and not after:
             return
         changed = sorted(n for n in before.keys() | after.keys() if before.get(n) != after.get(n))
-        if self.is_pg:
-            # Sorted, so that two transactions take shared names in one order.
-            for name in changed:
-                await conn.execute(_LOCK_NAME_XACT, {"key": f"{s.namespace}/{name}"})
+        # Sorted, so that two transactions take shared names in one order.
+        await dialect.lock_names(conn, self.is_pg, (f"{s.namespace}/{n}" for n in changed))
         to_settle: list[tuple[str, str, str]] = []  # (lock, previous holder's workflow id, run id)
         for name in changed:
             old, new = before.get(name), after.get(name)
@@ -545,20 +535,6 @@ class LockedWrites(StoreBase):
         deleted: int = await self._retrying(remove)
         return deleted
 
-    async def register_namespace(self, name: str, retention_text: str, description: str) -> None:
-        row = {
-            "name": name,
-            "retention": retention_text or SYSTEM_DEFAULT,
-            "description": description,
-            "registered_at": naive(utcnow().timestamp()),
-        }
-        # Registering again changes what it gives, as for types.
-        given = {k: v for k, v in row.items() if v not in ("", None)}
-        if not retention_text:
-            given.pop("retention")
-        stmt = dialect.upsert(self.is_pg, namespaces, row, ["name"], update=given)
-        await self._retrying(lambda: self._execute(stmt))
-
     async def _deliver(self, conn: AsyncConnection, t: Transition, c: Committed) -> None:
         """Append this transition's signals to the runs they go to."""
         for out in t.outbox:
@@ -583,11 +559,9 @@ class LockedWrites(StoreBase):
         """A run closed: tell its parent, apply its children's close policies, and
         wake whoever follows it on another node."""
         s = t.state
-        if self.is_pg:
-            await conn.execute(
-                text("SELECT pg_notify(:ch, :payload)"),
-                {"ch": CHANGES_CHANNEL, "payload": closed_payload(self.node_id, s.run_id)},
-            )
+        await dialect.notify(
+            conn, self.is_pg, CHANGES_CHANNEL, closed_payload(self.node_id, s.run_id)
+        )
         close = next(e for e in reversed(t.events) if e.type in CLOSE_EVENTS)
         if s.parent_run_id and close.type != "WorkflowContinuedAsNew":
             # (A child that continued as new goes on as the same child.)

@@ -14,7 +14,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 
-from sqlalchemy import delete, func, select, true, update
+from sqlalchemy import delete, select, true, update
 from sqlalchemy.sql.elements import ColumnElement
 
 from . import dialect
@@ -149,9 +149,7 @@ class Nodes:
 
     def _now(self, now: datetime) -> ColumnElement[datetime] | datetime:
         """The time leases are judged by: the database's on PostgreSQL."""
-        if self._store.is_pg:
-            return func.timezone("UTC", func.now())
-        return _naive(now)
+        return dialect.clock(self._store.is_pg, _naive(now))
 
     async def hold(
         self, name: str, holder: str, period: float, now: datetime, *, force: bool = False

@@ -1,10 +1,10 @@
-"""The store's connections, retry policy and read-only queries (no run is
-changed here; see `store.py` for the write path)."""
+"""The store's connections, retry policy and read-only queries (nothing is
+written here: see `store.py` and `locked.py` for the runs, `upkeep_writes.py`
+for the rest)."""
 
 from __future__ import annotations
 
 import asyncio
-import secrets
 import uuid
 from collections.abc import AsyncIterator, Callable, Iterable
 from contextlib import asynccontextmanager
@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import event, func, insert, literal, select, text, union_all
+from sqlalchemy import event, func, literal, select, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -24,7 +24,6 @@ from . import dialect
 from .cache import RunCache
 from .registrations import TypeCache
 from .rows import (
-    CHANGES_CHANNEL,
     Committed,
     DbStats,
     DueDeadline,
@@ -47,7 +46,6 @@ from .schema import (
     pollers,
     request_ids,
     runs,
-    server_meta,
     tasks,
     workflow_types,
 )
@@ -383,35 +381,7 @@ class StoreBase:
         )
         return [(r.kind, r.task_list, int(r.n), aware(r.at)) for r in rows]
 
-    # -- pollers and registrations -------------------------------------------------
-
-    async def record_pollers(self, sightings: list[tuple[TaskListKey, str, float]]) -> None:
-        """Write (task list, identity, when) sightings, one transaction for all."""
-        if not sightings:
-            return
-        rows = [
-            {
-                "namespace": key.namespace,
-                "kind": key.kind,
-                "task_list": key.task_list,
-                "identity": identity,
-                "last_seen": naive(at),
-            }
-            for key, identity, at in sorted(sightings, key=lambda r: (r[0].task_list, r[1]))
-        ]
-        stmt = dialect.upsert_many(
-            self.is_pg, pollers, ["namespace", "kind", "task_list", "identity"], ["last_seen"]
-        )
-
-        async def attempt() -> None:
-            async with self._write() as conn:
-                await conn.execute(stmt, rows)
-
-        await self._retrying(attempt)
-
-    async def _execute(self, stmt: Any) -> None:
-        async with self._write() as conn:
-            await conn.execute(stmt)
+    # -- pollers and registrations (their writes: upkeep_writes.py) ------------------
 
     async def recent_pollers(
         self, key: TaskListKey, since: timedelta
@@ -447,39 +417,6 @@ class StoreBase:
             for r in rows
         ]
 
-    async def register_type(
-        self, kind: str, namespace: str, name: str, version: str, values: dict[str, Any]
-    ) -> None:
-        table = workflow_types if kind == "workflow" else activity_types
-        row = {
-            "namespace": namespace,
-            "name": name,
-            "version": version,
-            "registered_at": naive(utcnow().timestamp()),
-            **values,
-        }
-        # Registering again changes only the defaults it gives; the rest keep
-        # their earlier values (a decider registering its task list must not
-        # erase the timeouts an operator registered).
-        given = {k: v for k, v in values.items() if v not in (None, "")}
-        given["registered_at"] = row["registered_at"]
-        keys = ["namespace", "name", "version"]
-        stmt = dialect.upsert(self.is_pg, table, row, keys, update=given)
-
-        async def attempt() -> None:
-            async with self._write() as conn:
-                await conn.execute(stmt)
-                if self.is_pg:  # every other node forgets what it read of these types
-                    await conn.execute(
-                        text("SELECT pg_notify(:ch, :payload)"),
-                        {"ch": CHANGES_CHANNEL, "payload": f"{self.node_id}|types|{namespace}"},
-                    )
-
-        try:
-            await self._retrying(attempt)
-        finally:
-            self.types.forget(namespace)
-
     async def registered_types(
         self, kind: str, namespace: str, names: Iterable[tuple[str, str]]
     ) -> dict[tuple[str, str], dict[str, Any]]:
@@ -509,32 +446,6 @@ class StoreBase:
             if row is not None:
                 found[pair] = row
         return found
-
-    async def token_secret(self) -> bytes:
-        """The task-token signing key: made once, shared by all nodes, kept across restarts."""
-        return await self.meta_secret("token_secret")
-
-    async def meta_secret(self, name: str) -> bytes:
-        """A random key kept in server_meta under `name`: made by whichever node
-        asks first, the same for every node afterwards."""
-
-        async def attempt() -> str:
-            async with self._write() as conn:
-                value = await conn.scalar(
-                    select(server_meta.c.value).where(server_meta.c.key == name)
-                )
-                if value is None:
-                    value = secrets.token_hex(32)
-                    await conn.execute(insert(server_meta).values(key=name, value=value))
-                return str(value)
-
-        for n in range(2):
-            try:
-                return bytes.fromhex(await self._retrying(attempt, unique_ok=True))
-            except IntegrityError:
-                if n == 1:
-                    raise
-        raise AssertionError("unreachable")
 
 
 def run_filter(

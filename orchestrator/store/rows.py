@@ -9,16 +9,6 @@ from typing import Any
 
 from orchestrator.engine.state import RunKey
 
-NOTIFY_CHANNEL = "weft_tasks"
-# Other nodes' news besides tasks: "NODE|types|NAMESPACE" (a type was
-# registered), "NODE|closed|RUN_ID" (a run closed: its followers stop waiting).
-CHANGES_CHANNEL = "weft_changes"
-
-
-def closed_payload(node: str, run_id: str) -> str:
-    """The CHANGES_CHANNEL payload of a run's close."""
-    return f"{node}|closed|{run_id}"
-
 
 def utcnow() -> datetime:
     return datetime.now(UTC)
@@ -38,18 +28,6 @@ class TaskListKey:
     namespace: str
     kind: str
     task_list: str
-
-    def channel_payload(self, node: str, added: int) -> str:
-        """The NOTIFY payload: the sending node, so that it can skip its own (its
-        pollers were woken at commit already), and how many pollers to wake."""
-        return f"{node}|{added}|{self.kind}|{self.namespace}|{self.task_list}"
-
-    @classmethod
-    def from_payload(cls, payload: str) -> tuple[str, int, TaskListKey]:
-        """(sending node, tasks added, task list). Names may hold "|": the last field
-        takes the rest. ValueError if it is not such a payload."""
-        node, added, kind, namespace, task_list = payload.split("|", 4)
-        return node, int(added), cls(namespace, kind, task_list)
 
 
 @dataclass

@@ -41,10 +41,12 @@ from .credentials import Credentials
 from .diagnostics import Diagnostics
 from .locked import LockedWrites
 from .nodes import Nodes
+from .notices import NOTIFY_CHANNEL
 from .pg_writer import PgWriter
-from .rows import NOTIFY_CHANNEL, Committed, DueDeadline, RunRow, TaskListKey, utcnow
+from .rows import Committed, DueDeadline, RunRow, TaskListKey, utcnow
 from .schedules import Schedules
 from .sqlite_writer import SqliteWriter
+from .upkeep_writes import UpkeepWrites
 from .workers import WorkerSessions
 from .writes import Before, Candidate, Conflict, multi_run, plan
 
@@ -82,7 +84,7 @@ class _Lost:
 _LOST = _Lost()
 
 
-class Store(LockedWrites):
+class Store(LockedWrites, UpkeepWrites):
     _hot: PgWriter | SqliteWriter
     credentials: Credentials
     workers: WorkerSessions

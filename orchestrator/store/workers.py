@@ -13,14 +13,15 @@ from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-from sqlalchemy import and_, delete, exists, func, insert, select, text, update
+from sqlalchemy import and_, delete, exists, insert, select, update
 from sqlalchemy.ext.asyncio import AsyncConnection
 
 from orchestrator.engine.errors import FailedPrecondition
 
 from . import dialect
+from .notices import CHANGES_CHANNEL, WORKER, change
 from .reads import StoreBase
-from .rows import CHANGES_CHANNEL, aware
+from .rows import aware
 from .schema import runs, worker_runs, worker_sessions
 
 LIVE, STOPPED, LOST = "live", "stopped", "lost"
@@ -71,12 +72,6 @@ def _naive(value: datetime) -> datetime:
     return value.replace(tzinfo=None)
 
 
-def ended_payload(node: str, session_id: str) -> str:
-    """The CHANGES_CHANNEL payload of a session that ended: other nodes refuse
-    its polls from then on."""
-    return f"{node}|worker|{session_id}"
-
-
 class WorkerSessions:
     """Reads and writes of worker_sessions and worker_runs."""
 
@@ -117,9 +112,7 @@ class WorkerSessions:
     def _clock(self, now: datetime) -> Any:
         """The time sessions expire by: the database's on PostgreSQL, so that
         nodes whose clocks disagree judge a session alike (as the lease)."""
-        if self._store.is_pg:
-            return func.timezone("UTC", func.now())
-        return _naive(now)
+        return dialect.clock(self._store.is_pg, _naive(now))
 
     async def heartbeat(self, session: WorkerSession, now: datetime) -> None:
         """Move a live session's expiry on by its timeout; FAILED_PRECONDITION if
@@ -159,7 +152,7 @@ class WorkerSessions:
         async def attempt() -> bool:
             async with store._write() as conn:
                 done = await conn.execute(query.values(status=status, ended_at=_naive(now)))
-                if done.rowcount and store.is_pg:
+                if done.rowcount:
                     await _notify(conn, store, session_id)
                 return bool(done.rowcount)
 
@@ -302,9 +295,8 @@ class WorkerSessions:
 
 
 async def _notify(conn: AsyncConnection, store: StoreBase, session_id: str) -> None:
-    await conn.execute(
-        text("SELECT pg_notify(:ch, :payload)"),
-        {"ch": CHANGES_CHANNEL, "payload": ended_payload(store.node_id, session_id)},
+    await dialect.notify(
+        conn, store.is_pg, CHANGES_CHANNEL, change(store.node_id, WORKER, session_id)
     )
 
 

@@ -17,7 +17,8 @@ from orchestrator.engine.state import RunState
 from orchestrator.engine.transition import Transition
 from sdk.api.weft.v1 import history_pb2 as h
 
-from .rows import Committed, TaskListKey, closed_payload, naive
+from .notices import closed_payload, tasks_added
+from .rows import Committed, TaskListKey, naive
 
 
 @dataclass(frozen=True)
@@ -144,6 +145,6 @@ def plan(
         now=t.now,
         request=request,
         # Delivered on commit only, so a poller woken on another node finds the row.
-        notify=[key.channel_payload(node_id, n) for key, n in counts.items()],
+        notify=[tasks_added(node_id, key, n) for key, n in counts.items()],
         changes=[closed_payload(node_id, s.run_id)] if before.was_open and not s.is_open else [],
     )

@@ -9,7 +9,8 @@ import pytest
 
 from orchestrator.engine import derived, external, locks
 from orchestrator.engine.activity import start_activity_task
-from orchestrator.engine.decisions import DecisionContext, validate_decisions
+from orchestrator.engine.context import DecisionContext
+from orchestrator.engine.decisions import validate_decisions
 from orchestrator.engine.errors import (
     FailedPrecondition,
     InvalidArgument,

@@ -5,6 +5,7 @@ from __future__ import annotations
 import pytest
 
 from orchestrator.dispatch.wakeups import Wakeups, wait_ticket
+from orchestrator.store.notices import read_tasks_added, tasks_added
 from orchestrator.store.rows import TaskListKey
 
 KEY = TaskListKey("default", "decision", "orders")
@@ -55,10 +56,10 @@ async def test_wait_ticket_reports_a_timeout_and_a_wake_up() -> None:
 
 def test_notify_payload_round_trips_a_task_list_name_with_the_separator() -> None:
     key = TaskListKey("default", "activity", "a|b")
-    assert TaskListKey.from_payload(key.channel_payload("node1", 3)) == ("node1", 3, key)
+    assert read_tasks_added(tasks_added("node1", key, 3)) == ("node1", 3, key)
 
 
 @pytest.mark.parametrize("payload", ["decision|default|orders", "node|many|decision|default|x"])
 def test_a_payload_of_another_format_is_refused(payload: str) -> None:
     with pytest.raises(ValueError):
-        TaskListKey.from_payload(payload)
+        read_tasks_added(payload)
