@@ -14,10 +14,12 @@ from __future__ import annotations
 import json
 from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:  # the fold (events.py) reads TIMEOUT; transitions import the fold
+from .state import DECIDER_TIMEOUT
+
+if TYPE_CHECKING:
     from .transition import Transition
 
-TIMEOUT = "TIMEOUT"
+TIMEOUT = DECIDER_TIMEOUT
 MAX_BACKOFF = 60.0
 _MESSAGE_CHARS = 500
 

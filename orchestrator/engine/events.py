@@ -16,9 +16,10 @@ from google.protobuf.message import Message
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
-from . import decider_attempts, retention
+from . import retention
 from .state import (
     CLOSED_STATUSES,
+    DECIDER_TIMEOUT,
     ActivityState,
     ChildState,
     LockState,
@@ -209,7 +210,7 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         elif event.decider_timed_out.timeout_type == "WORKER_LOST":
             d.failure_cause = "WORKER_LOST"
         else:
-            d.failure_cause = decider_attempts.TIMEOUT
+            d.failure_cause = DECIDER_TIMEOUT
     elif t == "ActivityScheduled":
         s = event.activity_scheduled
         state.activities[s.activity_id] = ActivityState(

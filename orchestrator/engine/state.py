@@ -23,6 +23,10 @@ class RunKey:
     run_id: str
 
 
+# The failure cause of a decision task that timed out (its attempts: decider_attempts.py).
+DECIDER_TIMEOUT = "TIMEOUT"
+
+
 @dataclass
 class DeciderState:
     scheduled_id: int = 0
@@ -47,7 +51,7 @@ class DeciderState:
     attempt_started_at: float = 0.0
     """When a retried attempt was handed out (its start-to-close runs from here)."""
     failure_cause: str = ""
-    """Why the last attempt failed ("TIMEOUT", or the decider's cause), for describe."""
+    """Why the last attempt failed (DECIDER_TIMEOUT, or the decider's cause), for describe."""
     failure_message: str = ""
     cached_by: str = ""
     """The cache of the decider that completed the last decision task, if it
