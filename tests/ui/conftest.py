@@ -51,6 +51,24 @@ steps:
 """
 
 
+REQUIRE_BROWSER = os.environ.get("WEFT_REQUIRE_BROWSER") == "1"
+
+
+def playwright_api() -> Any:
+    """`playwright.sync_api`, for a browser test module to import at its top: where
+    Playwright is missing, the module is skipped with one reason (a failure under
+    WEFT_REQUIRE_BROWSER=1), not a collection error."""
+    try:
+        from playwright import sync_api
+    except ImportError:
+        if REQUIRE_BROWSER:
+            pytest.fail("playwright is not installed (WEFT_REQUIRE_BROWSER=1)", pytrace=False)
+        pytest.skip(
+            "playwright is not installed (pip install -e '.[dev]')", allow_module_level=True
+        )
+    return sync_api
+
+
 def in_thread(coro: Any) -> Any:
     """Run a coroutine to its end on a loop of its own: Playwright's sync API keeps
     a loop running in the test's thread, so asyncio.run cannot be called there."""
@@ -74,13 +92,13 @@ def browser() -> Iterator[Any]:
             "no Chromium: run scripts/install_browser.sh (as root, with apt) to install"
             " Debian's chromium; the web UI's browser tests are skipped"
         )
-        if os.environ.get("WEFT_REQUIRE_BROWSER") == "1":
+        if REQUIRE_BROWSER:
             pytest.fail(reason + " (WEFT_REQUIRE_BROWSER=1)")
         pytest.skip(reason)
     try:
         from playwright.sync_api import sync_playwright
     except ImportError:
-        if os.environ.get("WEFT_REQUIRE_BROWSER") == "1":
+        if REQUIRE_BROWSER:
             pytest.fail("playwright is not installed (WEFT_REQUIRE_BROWSER=1)")
         pytest.skip("playwright is not installed (pip install -e '.[dev]')")
     ARTIFACTS.mkdir(exist_ok=True)
@@ -154,3 +172,29 @@ def shot(page: Any, name: str) -> Path:
     path = ARTIFACTS / f"{name}.png"
     page.screenshot(path=str(path), full_page=True)
     return path
+
+
+@dataclass
+class PlainStack:
+    """A server with no worker (every run stays open and takes signals) and `weft
+    ui` in front of it: for the tests that need no browser."""
+
+    server: ServerProcess
+    ui: UiProcess
+    client: Client
+
+
+@pytest.fixture(scope="module")
+def plain(tmp_path_factory: pytest.TempPathFactory) -> Iterator[PlainStack]:
+    log_dir = tmp_path_factory.mktemp("ui-plain")
+    server = ServerProcess(f"sqlite:///{log_dir / 'weft.db'}", log_dir, long_poll="2s")
+    in_thread(server.start())
+    ui: UiProcess | None = None
+    try:
+        ui = UiProcess(server.address, log_dir).start()
+        with Client(server.address) as client:
+            yield PlainStack(server, ui, client)
+    finally:
+        if ui is not None:
+            ui.stop()
+        server.stop()

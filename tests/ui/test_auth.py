@@ -10,15 +10,17 @@ import subprocess
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 import pytest
-from playwright.sync_api import expect
 
 from sdk.sync_client import Client
 from tests.serverproc import WEFT, ServerProcess
-from tests.ui.conftest import in_thread, shot
+from tests.ui.conftest import in_thread, playwright_api, shot
 from tests.ui.uiproc import UiProcess
+
+expect = playwright_api().expect
 
 
 @dataclass
@@ -106,3 +108,26 @@ def test_login_then_a_reader_is_refused_terminate(auth_stack: AuthStack, page: A
     expect(page).to_have_url(re.compile(r"/login$"))
     page.goto(ui.url + "/namespaces/default/locks")
     expect(page).to_have_url(re.compile(r"/login\?next="))
+
+
+def test_off_loopback_in_front_of_a_server_that_asks_for_keys(
+    auth_stack: AuthStack, tmp_path: Path
+) -> None:
+    """HTTPS, no key of its own, a server with --auth: `weft ui` serves any address."""
+    import urllib.request
+
+    from tests.security.certs import issue, make_ca
+
+    ca = make_ca(tmp_path, "ui-ca")
+    pair = issue(ca, tmp_path, "ui", server=True)
+    ui = UiProcess(auth_stack.ui.server_address, tmp_path, https_ca=ca.path)
+    ui.extra_args = (
+        *("--listen", f"0.0.0.0:{ui.port}"),
+        *("--https-cert", str(pair.cert), "--https-key", str(pair.key)),
+    )
+    ui.start()
+    try:
+        with urllib.request.urlopen(ui.url + "/login", timeout=10, context=ui.ssl_context()) as r:
+            assert r.status == 200
+    finally:
+        ui.stop()

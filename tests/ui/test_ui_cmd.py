@@ -16,8 +16,8 @@ from webui.config import UiConfig
 from webui.sessions import SessionStore
 
 
-def weft_ui(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+def weft_ui(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")} | (env or {})
     return subprocess.run(
         [str(WEFT), "ui", *args],
         capture_output=True,
@@ -99,3 +99,42 @@ def test_https_with_a_secure_session_cookie(tmp_path: Path) -> None:
     assert UiConfig(listen="0.0.0.0:7401", insecure=True).refusal() is None
     assert UiConfig(listen="[::1]:7401").refusal() is None
     assert UiConfig(listen="10.0.0.5:7401").refusal() is not None
+
+
+def _https_args(tmp_path: Path) -> list[str]:
+    from tests.security.certs import issue, make_ca
+
+    pair = issue(make_ca(tmp_path, "ui-ca"), tmp_path, "ui", server=True)
+    return ["--https-cert", str(pair.cert), "--https-key", str(pair.key)]
+
+
+def test_off_loopback_no_key_serves_anonymous_visitors(tmp_path: Path) -> None:
+    https = _https_args(tmp_path)
+    refused = weft_ui(
+        "--listen", f"0.0.0.0:{free_port()}", *https, "--api-key", "weft.k_000000000000.x"
+    )
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "would act for every visitor" in refused.stderr
+    # WEFT_API_KEY, which every client command reads, is the same key.
+    env = {"WEFT_API_KEY": "weft.k_000000000000.x"}
+    refused = weft_ui("--listen", f"0.0.0.0:{free_port()}", *https, env=env)
+    assert refused.returncode == 2 and "WEFT_API_KEY" in refused.stderr
+
+
+def test_off_loopback_the_server_must_ask_for_credentials(tmp_path: Path) -> None:
+    from tests.serverproc import ServerProcess
+    from tests.ui.conftest import in_thread
+
+    https = _https_args(tmp_path)
+    server = ServerProcess(f"sqlite:///{tmp_path / 'weft.db'}", tmp_path)
+    in_thread(server.start())
+    try:
+        listen = f"0.0.0.0:{free_port()}"
+        refused = weft_ui("--address", server.address, "--listen", listen, *https)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+        assert "answers calls without an API key" in refused.stderr
+    finally:
+        server.stop()
+    # No server to ask: refused too (it cannot be known to be safe).
+    gone = weft_ui("--address", server.address, "--listen", f"0.0.0.0:{free_port()}", *https)
+    assert gone.returncode == 2 and "could not be asked" in gone.stderr

@@ -1,0 +1,178 @@
+"""The web UI's parts without a server: sessions, clients, the history cache,
+what the run page counts, and the page every unexpected failure gets."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import UTC, datetime, timedelta
+from typing import Any
+
+import pytest
+
+from sdk.errors import (
+    InternalError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    UnavailableError,
+)
+from sdk.events import Event
+from webui import service
+from webui.app import create_app, http_status
+from webui.config import UiConfig
+from webui.service import HistoryCache, events_bytes
+from webui.sessions import SessionStore
+from webui.summary import activity_attempts
+
+T0 = datetime(2025, 3, 1, tzinfo=UTC)
+
+
+def event(event_id: int, kind: str, **attributes: Any) -> Event:
+    return Event(event_id, kind, T0 + timedelta(seconds=event_id), attributes)
+
+
+def test_anonymous_traffic_never_evicts_a_logged_in_session() -> None:
+    store = SessionStore(idle_seconds=3600, max_sessions=3, max_anonymous=5)
+    person = store.login(store.new(), "weft.k_000000000000.secret", "k_000000000000")
+    for _ in range(1000):
+        store.new()
+    assert store.get(person.sid) is person and len(store) == 6
+
+
+def test_polling_does_not_keep_a_session_alive() -> None:
+    store = SessionStore(idle_seconds=3600, max_sessions=3)
+    session = store.new()
+    seen = session.last_seen
+    assert store.get(session.sid, touch=False) is session and session.last_seen == seen
+    session.last_seen -= 3601
+    assert store.get(session.sid, touch=False) is None
+
+
+class FakeClient:
+    closed: list[FakeClient] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.namespace = kwargs["namespace"]
+
+    async def close(self) -> None:
+        FakeClient.closed.append(self)
+
+
+def test_random_namespaces_close_no_client_under_a_call(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "AsyncClient", FakeClient)
+    FakeClient.closed = []
+    clients = service.Clients(UiConfig())
+
+    async def scenario() -> None:
+        mine = clients.lease("weft.k_1.a", "default")  # a person's call, in flight
+        anonymous = clients.lease(None, "default")  # an anonymous call, in flight
+        for i in range(200):
+            await clients.release(clients.lease(None, f"random-{i}"))
+        assert clients.lease("weft.k_1.a", "default") is mine  # never evicted by others
+        assert anonymous.client not in FakeClient.closed  # evicted, but still in use
+        await clients.release(anonymous)
+        assert anonymous.client in FakeClient.closed  # closed after its last call
+        assert len(clients) <= service.CLIENTS_PER_KEY + 1
+
+    asyncio.run(scenario())
+
+
+def test_the_history_cache_is_bounded_in_bytes() -> None:
+    small = [event(i, "Signal", input="x" * 100) for i in range(1, 11)]
+    big = [event(i, "Signal", input="x" * 10_000) for i in range(1, 11)]
+    size = events_bytes(small)
+    cache = HistoryCache(max_runs=10, max_bytes=size * 2, max_run_bytes=size * 2)
+    assert not cache.put(("ns", "big", "r"), big, big) and not cache.holds(("ns", "big", "r"))
+    for name in ("a", "b", "c"):
+        assert cache.put(("ns", name, "r"), small, small)
+    assert not cache.holds(("ns", "a", "r")) and cache.size == size * 2
+    grown = [*small, event(11, "Signal", input="y")]
+    cache.put(("ns", "c", "r"), grown, grown[-1:])
+    # Only the new event is measured; the older run goes to make room.
+    assert cache.size == size + events_bytes(grown[-1:]) and not cache.holds(("ns", "b", "r"))
+
+
+def test_attempts_and_last_failure_of_an_activity() -> None:
+    events = [
+        event(1, "ActivityScheduled", activity_id="pay"),
+        event(2, "ActivityStarted", scheduled_event_id=1),
+        event(3, "ActivityFailed", scheduled_event_id=1, reason="card declined"),
+        event(4, "ActivityScheduled", activity_id="pay"),
+        event(5, "ActivityTimedOut", scheduled_event_id=4, timeout_type="START_TO_CLOSE"),
+        event(6, "ActivityScheduled", activity_id="pay"),
+        event(7, "ActivityScheduled", activity_id="ship"),
+    ]
+    found = activity_attempts(events)
+    assert found["pay"].count == 3
+    assert found["pay"].last_failure == "ActivityTimedOut START_TO_CLOSE"
+    assert found["ship"].count == 1 and found["ship"].last_failure == ""
+
+
+def test_service_errors_map_to_http_statuses() -> None:
+    assert http_status(InvalidArgumentError("x")) == 400
+    assert http_status(PermissionDeniedError("x")) == 403
+    assert http_status(NotFoundError("x")) == 404
+    assert http_status(UnavailableError("x")) == 503
+    assert http_status(InternalError("x")) == 502
+
+
+async def _call(app: Any, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+    """One GET through the ASGI app, as uvicorn would make it."""
+    sent: list[dict[str, Any]] = []
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": "GET",
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": [(b"host", b"127.0.0.1:7401")]
+        + [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 7401),
+    }
+
+    async def receive() -> dict[str, Any]:
+        return {"type": "http.request", "body": b"", "more_body": False}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    status = next(m["status"] for m in sent if m["type"] == "http.response.start")
+    body = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return status, body.decode()
+
+
+def test_an_unexpected_failure_is_a_one_line_page(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    from webui import runs
+
+    async def broken(*args: Any, **kwargs: Any) -> Any:
+        raise RuntimeError("secret internals")
+
+    monkeypatch.setattr(runs, "fetch_runs", broken)
+    app = create_app(UiConfig())
+    status, body = asyncio.run(_call(app, "/namespaces/default/runs"))
+    assert status == 500 and "INTERNAL" in body and "RuntimeError" in body
+    assert "secret internals" not in body and "Traceback" not in body
+    assert "secret internals" in caplog.text  # logged, with its traceback
+    status, body = asyncio.run(
+        _call(app, "/namespaces/default/runs", {"HX-Request": "true", "HX-Target": "x"})
+    )
+    assert status == 200 and body.strip().startswith('<div class="error"')
+
+
+def test_the_hosts_a_request_may_name() -> None:
+    assert UiConfig(listen="10.0.0.5:7401", allowed_hosts=("ui.example",)).hosts() == [
+        "10.0.0.5",
+        "127.0.0.1",
+        "[::1]",
+        "localhost",
+        "ui.example",
+    ]
+    assert "0.0.0.0" not in UiConfig(listen="0.0.0.0:7401").hosts()
