@@ -201,6 +201,11 @@ def test_a_step_workflow_shows_its_steps(stack: Stack, page: Any) -> None:
     page.locator('li.step[data-step="wait_go"] a').click()
     expect(page).to_have_url(re.compile(r"step=wait_go"))
     expect(page.locator('li.step.selected[data-step="wait_go"]')).to_be_visible()
+    expect(page.locator("#not-reached")).to_have_count(0)
+    page.locator('li.step[data-step="finish"] a').click()
+    expect(page.locator("#not-reached")).to_contain_text("finish was not reached")
+    expect(page.locator("h2", has_text="Variables at wait_go")).to_be_visible()
+    page.locator('li.step[data-step="wait_go"] a').click()
 
     # Replay from the start, in place (the run is open), after a confirmation.
     before = len(stack.client.history(workflow_id))
