@@ -20,7 +20,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from sdk.errors import WeftError
-from webui.app import is_htmx, session_of, status_name, ui_of
+from webui.context import is_htmx, session_of, status_name, ui_of
 from webui.runs import REPLAY_MODES, run_url
 from webui.service import whole_history
 

@@ -6,12 +6,8 @@ from __future__ import annotations
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
-from datetime import UTC, datetime
-from pathlib import Path
-from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
-import jinja2
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
 from starlette.middleware.base import BaseHTTPMiddleware
@@ -20,23 +16,15 @@ from starlette.requests import Request
 from starlette.responses import PlainTextResponse, RedirectResponse, Response
 from starlette.routing import Mount, Route
 from starlette.staticfiles import StaticFiles
-from starlette.templating import Jinja2Templates
 
-from sdk.client import AsyncClient
 from sdk.errors import (
-    InvalidArgumentError,
-    NotFoundError,
-    PermissionDeniedError,
     UnauthenticatedError,
-    UnavailableError,
     WeftError,
 )
-from webui import format as fmt
+from webui import actions, auth, cluster, runs
 from webui.config import UiConfig
-from webui.service import Clients, HistoryCache
-from webui.sessions import COOKIE, Session, SessionStore
-
-HERE = Path(__file__).resolve().parent
+from webui.context import HERE, Ui, http_status, is_htmx, session_of, status_name, ui_of
+from webui.sessions import COOKIE
 
 _HEADERS = {
     "X-Frame-Options": "DENY",
@@ -50,93 +38,6 @@ _HEADERS = {
 
 
 log = logging.getLogger("weft.ui")
-
-
-class Ui:
-    """What every view needs, in `request.app.state.ui`."""
-
-    def __init__(self, config: UiConfig) -> None:
-        self.config = config
-        self.sessions = SessionStore(
-            idle_seconds=config.session_idle.total_seconds(),
-            max_sessions=config.max_sessions,
-            max_anonymous=config.max_anonymous_sessions,
-        )
-        self.clients = Clients(config)
-        self.cache = HistoryCache(
-            max_runs=config.history_cache_runs,
-            max_bytes=config.history_cache_bytes,
-            max_run_bytes=config.history_cache_run_bytes,
-        )
-        env = jinja2.Environment(
-            loader=jinja2.FileSystemLoader(HERE / "templates"),
-            autoescape=True,
-            undefined=jinja2.StrictUndefined,
-            trim_blocks=True,
-            lstrip_blocks=True,
-        )
-        env.filters.update(fmt.FILTERS)
-        env.globals["q"] = lambda text: quote(str(text), safe="")
-        self.templates = Jinja2Templates(env=env)
-
-    async def client(self, request: Request, namespace: str) -> AsyncClient:
-        """The client of this visitor: their key when logged in, else the UI's own
-        (on loopback only: `weft ui` refuses to serve others with it)."""
-        return self.client_for(
-            request, session_of(request).api_key or self.config.api_key, namespace
-        )
-
-    def client_for(self, request: Request, api_key: str | None, namespace: str) -> AsyncClient:
-        """The client of `api_key`, in use until this request has been answered."""
-        lease = self.clients.lease(api_key, namespace)
-        request.state.leases.append(lease)
-        return lease.client
-
-    def render(self, request: Request, name: str, status: int = 200, **context: Any) -> Response:
-        session = session_of(request)
-        context.setdefault("namespace", self.config.namespace)
-        base = {
-            "csrf": session.csrf,
-            "who": session.key_id,
-            "logged_in": session.api_key is not None,
-            "flash": session.take_flash() if not is_htmx(request) else [],
-            "now": datetime.now(UTC),
-            "path": request.url.path,
-        }
-        return self.templates.TemplateResponse(
-            request, name, {**base, **context}, status_code=status
-        )
-
-
-def ui_of(request: Request) -> Ui:
-    ui: Ui = request.app.state.ui
-    return ui
-
-
-def session_of(request: Request) -> Session:
-    session: Session = request.state.session
-    return session
-
-
-def is_htmx(request: Request) -> bool:
-    return request.headers.get("HX-Request") == "true"
-
-
-def status_name(exc: WeftError) -> str:
-    return exc.status.name if exc.status is not None else "UNKNOWN"
-
-
-def http_status(exc: WeftError) -> int:
-    """The HTTP status of a page the service refused."""
-    for kind, status in (
-        (InvalidArgumentError, 400),
-        (PermissionDeniedError, 403),
-        (NotFoundError, 404),
-        (UnavailableError, 503),
-    ):
-        if isinstance(exc, kind):
-            return status
-    return 502
 
 
 def _same_origin(request: Request) -> bool:
@@ -257,8 +158,6 @@ async def _index(request: Request) -> Response:
 
 
 def create_app(config: UiConfig) -> Starlette:
-    from webui import actions, auth, cluster, runs
-
     ui = Ui(config)
 
     @contextlib.asynccontextmanager

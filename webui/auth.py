@@ -12,7 +12,7 @@ from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
 from sdk.errors import UnauthenticatedError, UnavailableError, WeftError
-from webui.app import session_of, ui_of
+from webui.context import session_of, ui_of
 
 MAX_KEY = 512
 

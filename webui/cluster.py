@@ -9,7 +9,7 @@ from urllib.parse import quote
 from starlette.requests import Request
 from starlette.responses import Response
 
-from webui.app import ui_of
+from webui.context import ui_of
 from webui.runs import run_url
 
 # A poller last seen longer ago than this is not "polling now".

@@ -15,7 +15,7 @@ from starlette.responses import RedirectResponse, Response
 from sdk.errors import InvalidArgumentError
 from sdk.events import CLOSE_TYPES, Event
 from sdk.workflows import WorkflowDescription
-from webui.app import is_htmx, ui_of
+from webui.context import is_htmx, ui_of
 from webui.service import RunFilter, history_slice, run_key, whole_history
 from webui.service import runs_page as fetch_runs
 from webui.summary import activity_attempts, children, run_events

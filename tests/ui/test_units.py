@@ -18,8 +18,9 @@ from sdk.errors import (
 )
 from sdk.events import Event
 from webui import service
-from webui.app import create_app, http_status
+from webui.app import create_app
 from webui.config import UiConfig
+from webui.context import http_status
 from webui.service import HistoryCache, events_bytes
 from webui.sessions import SessionStore
 from webui.summary import activity_attempts
