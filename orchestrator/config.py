@@ -3,10 +3,10 @@ environment, then defaults) and passed down by constructor."""
 
 from __future__ import annotations
 
-import ipaddress
 from dataclasses import dataclass, field
 
 from orchestrator.engine.limits import Defaults, Limits
+from sdk.addresses import is_loopback
 
 DEFAULT_DB = "sqlite:///weft.db"
 DEFAULT_LISTEN = "127.0.0.1:7400"
@@ -83,19 +83,3 @@ class ServerConfig:
                 " or --insecure to let anyone who reaches the port call"
             )
         return None
-
-
-def is_loopback(address: str) -> bool:
-    """HOST:PORT on this host only: 127.0.0.0/8, ::1, `localhost`, or a unix socket.
-    An empty host, 0.0.0.0 and [::] listen on every interface: not loopback."""
-    if address.startswith(("unix:", "unix-abstract:")):
-        return True
-    host = address.rpartition(":")[0].strip()
-    if host.startswith("[") and host.endswith("]"):
-        host = host[1:-1]
-    if host.lower() == "localhost":
-        return True
-    try:
-        return ipaddress.ip_address(host).is_loopback
-    except ValueError:  # another host name: it may resolve anywhere
-        return False

@@ -5,7 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 
-from orchestrator.config import is_loopback
+from sdk.addresses import is_loopback
 from sdk.client import DEFAULT_ADDRESS
 from sdk.tls import TlsConfig
 

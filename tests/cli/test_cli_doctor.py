@@ -12,8 +12,8 @@ from typing import Any
 
 import pytest
 
-from orchestrator.cli.doctor_cmd import EXIT_FINDINGS
-from orchestrator.cli.errors import EXIT_NOT_FOUND, EXIT_USAGE
+from cli.doctor_cmd import EXIT_FINDINGS
+from cli.errors import EXIT_NOT_FOUND, EXIT_USAGE
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from tests.cli.support import error_line, ok, show, weft
 from tests.e2e import doctor_cases as cases

@@ -59,7 +59,7 @@ async def test_a_taken_port_fails_instead_of_sharing_it(sqlite_url: str, tmp_pat
 
 def test_help_lists_the_contract_flags() -> None:
     done = subprocess.run(
-        [sys.executable, "-m", "orchestrator.cli", "server", "--help"],
+        [sys.executable, "-m", "cli", "server", "--help"],
         capture_output=True,
         text=True,
         timeout=60,

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from orchestrator.config import is_loopback
+from sdk.addresses import is_loopback
 from tests.cli.support import clean_env, error_line
 from tests.security.certs import Pki
 from tests.security.conftest import good_tls, server_tls_args

@@ -10,7 +10,7 @@ from datetime import timedelta
 
 import click
 
-from orchestrator.cli.params import DURATION
+from cli.params import DURATION
 from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
 
 
@@ -188,7 +188,7 @@ def server(
         if not db_url.startswith("postgresql"):
             click.echo("weft server: --workers needs PostgreSQL (SQLite is one node)", err=True)
             sys.exit(2)
-        from orchestrator.supervisor import supervise
+        from cli.supervisor import supervise
 
         settings = {
             "WEFT_DATABASE_URL": db_url,

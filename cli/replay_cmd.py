@@ -7,10 +7,10 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import EXIT_FAILED, EXIT_USAGE, fail, reports_errors
-from orchestrator.cli.output import print_json
-from orchestrator.cli.params import json_option, server_options
+from cli.client import connect
+from cli.errors import EXIT_FAILED, EXIT_USAGE, fail, reports_errors
+from cli.output import print_json
+from cli.params import json_option, server_options
 
 
 @click.command()

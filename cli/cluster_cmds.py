@@ -7,10 +7,10 @@ from datetime import timedelta
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import reports_errors
-from orchestrator.cli.output import moment, print_json, table
-from orchestrator.cli.params import DURATION, json_option, server_options
+from cli.client import connect
+from cli.errors import reports_errors
+from cli.output import moment, print_json, table
+from cli.params import DURATION, json_option, server_options
 
 
 @click.command()

@@ -42,7 +42,7 @@ def _worker(settings: dict[str, str], index: int) -> subprocess.Popen[bytes]:
     # stays the same when the supervisor restarts it.
     base = settings.get("WEFT_NODE_NAME") or default_node_name(settings.get("WEFT_LISTEN", ""))
     env["WEFT_NODE_NAME"] = f"{base}#{index}"
-    argv = [sys.executable, "-m", "orchestrator.cli", "server", "--reuse-port"]
+    argv = [sys.executable, "-m", "cli", "server", "--reuse-port"]
     return subprocess.Popen(argv, env=env)
 
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 
 import click
 
-from orchestrator.cli.errors import EXIT_USAGE, fail
-from orchestrator.cli.params import ADDRESS, client_api_key, client_tls, server_options
+from cli.errors import EXIT_USAGE, fail
+from cli.params import ADDRESS, client_api_key, client_tls, server_options
 
 _FILE = click.Path(exists=True, dir_okay=False)
 

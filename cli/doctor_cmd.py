@@ -12,10 +12,10 @@ from datetime import timedelta
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import reports_errors
-from orchestrator.cli.output import echo, moment, print_json
-from orchestrator.cli.params import DURATION, json_option, server_options
+from cli.client import connect
+from cli.errors import reports_errors
+from cli.output import echo, moment, print_json
+from cli.params import DURATION, json_option, server_options
 from sdk.diagnostics import Diagnosis, Finding
 
 EXIT_FINDINGS = 5

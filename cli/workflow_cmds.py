@@ -7,13 +7,13 @@ from typing import Any
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.doctor_cmd import finding_lines
-from orchestrator.cli.errors import EXIT_FAILED, reports_errors
-from orchestrator.cli.history_cmd import history
-from orchestrator.cli.output import compact, echo, moment, print_json, span, table
-from orchestrator.cli.params import DURATION, JSON, json_option, server_options
-from orchestrator.cli.register_cmd import register
+from cli.client import connect
+from cli.doctor_cmd import finding_lines
+from cli.errors import EXIT_FAILED, reports_errors
+from cli.history_cmd import history
+from cli.output import compact, echo, moment, print_json, span, table
+from cli.params import DURATION, JSON, json_option, server_options
+from cli.register_cmd import register
 from sdk.errors import (
     WorkflowCanceledError,
     WorkflowFailedError,

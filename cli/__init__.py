@@ -16,7 +16,7 @@ os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
 import click
 
-from orchestrator.cli import (
+from cli import (
     auth_cmd,
     cluster_cmds,
     doctor_cmd,
@@ -28,7 +28,7 @@ from orchestrator.cli import (
     worker_cmds,
     workflow_cmds,
 )
-from orchestrator.cli.errors import EXIT_USAGE, one_line
+from cli.errors import EXIT_USAGE, one_line
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -14,11 +14,11 @@ from typing import Any, Literal, TypeVar
 
 import click
 
+from cli.client import connect
+from cli.errors import EXIT_FAILED, fail, reports_errors
+from cli.output import moment, print_json, table
+from cli.params import DURATION, json_option, server_options
 from orchestrator.auth.grants import ROLES
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import EXIT_FAILED, fail, reports_errors
-from orchestrator.cli.output import moment, print_json, table
-from orchestrator.cli.params import DURATION, json_option, server_options
 from orchestrator.config import DEFAULT_DB
 from sdk.api.weft.v1 import admin_pb2 as a
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 import socket
 from datetime import timedelta
 
-from orchestrator.cli.params import client_api_key, client_tls
+from cli.params import client_api_key, client_tls
 from sdk.retry import RetryPolicy
 from sdk.sync_client import Client
 

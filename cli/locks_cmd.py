@@ -8,10 +8,10 @@ import socket
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import EXIT_USAGE, fail, reports_errors
-from orchestrator.cli.output import moment, print_json, table
-from orchestrator.cli.params import json_option, server_options
+from cli.client import connect
+from cli.errors import EXIT_USAGE, fail, reports_errors
+from cli.output import moment, print_json, table
+from cli.params import json_option, server_options
 from sdk.workflows import LockInfo
 
 

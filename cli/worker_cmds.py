@@ -8,8 +8,8 @@ from typing import Any, TypeVar
 
 import click
 
-from orchestrator.cli.errors import EXIT_USAGE, exit_code, fail
-from orchestrator.cli.params import DURATION, client_api_key, client_tls, server_options
+from cli.errors import EXIT_USAGE, exit_code, fail
+from cli.params import DURATION, client_api_key, client_tls, server_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -15,9 +15,9 @@ from pathlib import Path
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import EXIT_USAGE, fail, reports_errors
-from orchestrator.cli.params import server_options
+from cli.client import connect
+from cli.errors import EXIT_USAGE, fail, reports_errors
+from cli.params import server_options
 from orchestrator.engine.limits import MAX_DEFINITION_BYTES
 from workers.steps.definition import DefinitionError, load_file
 from workers.steps.model import Definition

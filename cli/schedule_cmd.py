@@ -10,10 +10,10 @@ from typing import Any, TypeVar
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import EXIT_USAGE, fail, reports_errors
-from orchestrator.cli.output import compact, echo, moment, print_json, span, table
-from orchestrator.cli.params import DURATION, JSON, json_option, server_options
+from cli.client import connect
+from cli.errors import EXIT_USAGE, fail, reports_errors
+from cli.output import compact, echo, moment, print_json, span, table
+from cli.params import DURATION, JSON, json_option, server_options
 from sdk.schedules import ScheduleDescription
 
 F = TypeVar("F", bound=Callable[..., Any])

@@ -6,9 +6,9 @@ from collections.abc import Iterable
 
 import click
 
-from orchestrator.cli.client import connect
-from orchestrator.cli.errors import reports_errors
-from orchestrator.cli.output import (
+from cli.client import connect
+from cli.errors import reports_errors
+from cli.output import (
     HISTORY_HEADERS,
     echo,
     history_row,
@@ -16,7 +16,7 @@ from orchestrator.cli.output import (
     print_json,
     table,
 )
-from orchestrator.cli.params import json_option, server_options
+from cli.params import json_option, server_options
 from sdk.events import Event
 
 
