@@ -107,6 +107,7 @@ from sdk import retention
 from sdk.durations import parse_duration
 from workers.steps import retrying, yamlbound
 from workers.steps.continuation import parse_after
+from workers.steps.errors import StepInterpreterError
 from workers.steps.expressions import check_expression
 from workers.steps.limits import MAX_EXPRESSION_CHARS
 from workers.steps.model import RESERVED_IDS, Definition, Param, Step
@@ -114,7 +115,7 @@ from workers.steps.model import RESERVED_IDS, Definition, Param, Step
 __all__ = ["DefinitionError", "load_dir", "load_file", "parse"]
 
 
-class DefinitionError(ValueError):
+class DefinitionError(StepInterpreterError, ValueError):
     """A definition does not parse or validate: `FILE:LINE: reason`."""
 
 
@@ -176,7 +177,7 @@ def load_dir(directory: Path) -> list[Definition]:
 # --- reading YAML -----------------------------------------------------------------------
 
 
-class _Invalid(Exception):
+class _Invalid(StepInterpreterError):
     """A problem at a line; `parse` adds the file name."""
 
     def __init__(self, line: int, reason: str) -> None:

@@ -64,6 +64,7 @@ import yaml
 
 from sdk.durations import parse_duration
 from workers.steps import yamlbound
+from workers.steps.errors import StepInterpreterError
 from workers.steps.limits import (
     MAX_EXPRESSION_CHARS,
     MAX_EXPRESSION_DEPTH,
@@ -101,7 +102,7 @@ __all__ = [
 ]
 
 
-class ExpressionError(Exception):
+class ExpressionError(StepInterpreterError):
     """A value could not be computed; becomes the step's `ExpressionError`."""
 
     def __init__(self, message: str) -> None:
