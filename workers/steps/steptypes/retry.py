@@ -143,7 +143,6 @@ def _limit_text(limit: retrying.Limit) -> str:
 
 
 def _jitter_rand(run: Run, key: str) -> float:
-
     value: float = _util(run.ops.now, run.ops.run_id, key)["random"]
     return value
 
