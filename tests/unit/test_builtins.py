@@ -28,6 +28,7 @@ from workers.builtins import (
     ShellNotAllowed,
     http_activity,
     shell,
+    weft_shell,
 )
 from workers.loader import LoadError
 from workers.runner import with_builtins
@@ -328,7 +329,7 @@ async def test_a_cancelled_shell_kills_the_command_and_its_children(tmp_path: Pa
 async def test_a_command_that_ignores_sigterm_is_killed(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setattr(builtins, "KILL_GRACE", 0.3)
+    monkeypatch.setattr(weft_shell, "KILL_GRACE", 0.3)
     task, pids = await _started(
         tmp_path, "trap '' TERM; echo $$ >> {pids}; echo $$ >> {pids}; while :; do sleep 0.1; done"
     )

@@ -12,8 +12,10 @@ from __future__ import annotations
 
 import time
 
+from workers.steps.errors import StepInterpreterError
 
-class BudgetExceeded(Exception):
+
+class BudgetExceeded(StepInterpreterError):
     """One decision task used more CPU time than its budget. Not a StepError:
     no `on-error` may catch it and keep the loop going."""
 

@@ -1,12 +1,22 @@
 """What a step can raise: a `StepError` (handled by `on-error`), and the
-control-flow signals by which a step tells the loop to jump, replay or return."""
+control-flow signals by which a step tells the loop to jump, replay or return.
+
+`StepInterpreterError` is the root of every error class of `workers.steps`
+(parsing, expressions, retries, budgets, replays), so a caller can catch all of
+them at once. Classes that callers also catch as `ValueError` keep that base
+too. The control-flow signals (`FlowSignal`) are not errors and stay outside
+it: catching the root must never swallow a jump or a return."""
 
 from __future__ import annotations
 
 from typing import Any
 
 
-class StepError(Exception):
+class StepInterpreterError(Exception):
+    """The root of the step package's errors; never raised itself."""
+
+
+class StepError(StepInterpreterError):
     """An error of a step, as `on-error` conditions and the workflow's failure
     see it: `type` (`ActivityFailed`, `Timeout`, `Fail`, `ExpressionError`, …),
     a readable `message`, and optional `details`."""

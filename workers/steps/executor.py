@@ -1,5 +1,6 @@
 """How each step runs: the step loop of a workflow frame, error handling,
-retries and replays within the run, and every step type of STEPS.md.
+retries and replays within the run. Each step type's body is in `steptypes`,
+next to its parser; the run is handed their table (`Run.bodies`).
 
 A `Frame` is one list of steps being run: the workflow's own, a nested
 `workflow` (own variables), or an inline block (`if`, `switch` case,
@@ -13,44 +14,32 @@ any step can be rebuilt from the history.
 from __future__ import annotations
 
 import copy
-import hashlib
-import re
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
-import structlog
-
-from sdk import retention
 from sdk.durations import parse_duration
-from workers.builtins import ShellValue, shell_script
-from workers.steps import conditions, expressions, retrying, transforms
+from workers.steps import conditions, expressions, retrying
 from workers.steps.budget import Budget
 from workers.steps.continuation import Continuation
 from workers.steps.errors import FlowSignal, Jump, Replay, Return, StepError
 from workers.steps.expressions import ExpressionError
-from workers.steps.limits import MAX_FOREACH_ITEMS
 from workers.steps.model import (
     COMPOUND_TYPES,
-    HTTP_ACTIVITY,
     NON_IDEMPOTENT_TYPES,
-    SHELL_ACTIVITY,
     Definition,
     Step,
 )
 from workers.steps.operations import RunOperations
-from workers.steps.runtime import Cancelled, Future, Scheduler, Task, first_of
+from workers.steps.runtime import Cancelled, Scheduler, Task, first_of
 from workers.steps.scope import StepScope
-
-log = structlog.get_logger("weft.steps")
 
 START = -1  # the replay point before the first step
 MAX_STARTS_PER_TASK = 10_000
 """Step starts allowed in one decision task: more, and the steps are looping
 without waiting on anything (a handler that jumps back to a step that fails at
 once); the run fails instead of its decider spinning for ever."""
-_TIMEOUT_KEYS = ("schedule_to_start", "start_to_close", "schedule_to_close", "heartbeat")
 
 
 @dataclass
@@ -67,8 +56,16 @@ class Run:
     """One workflow run being replayed: its definition, input, operations,
     and the records shared by all its frames."""
 
-    def __init__(self, definition: Definition, ops: RunOperations, scheduler: Scheduler) -> None:
+    def __init__(
+        self,
+        definition: Definition,
+        ops: RunOperations,
+        scheduler: Scheduler,
+        bodies: Mapping[str, Body],
+    ) -> None:
         self.definition = definition
+        self.bodies = bodies
+        """How each step type runs, by type name (`steptypes.BODIES`)."""
         self.ops = ops
         self.scheduler = scheduler
         self.input: dict[str, Any] = {}
@@ -444,7 +441,7 @@ class Frame:
         return answer
 
     async def _body(self, step: Step, entry: Entry) -> tuple[Any, str | None]:
-        handler = _BODIES.get(step.type)
+        handler = self.run.bodies.get(step.type)
         if handler is None:
             raise StepError("Unsupported", f"the {step.type} step is not supported yet")
         scope = StepScope(self, entry.key, entry.input, error=self.error)
@@ -553,611 +550,9 @@ def _duration(value: Any, what: str) -> timedelta:
         raise StepError("ExpressionError", f"{what}: {exc}") from None
 
 
-# -- the step types ---------------------------------------------------------------------
+Body = Callable[[Frame, Step, Entry, StepScope], Coroutine[Any, Any, tuple[Any, str | None]]]
+"""How a step type runs (`steptypes`): its output and where to go next (None:
+the following step)."""
 
-Body = Coroutine[Any, Any, tuple[Any, str | None]]
 
-
-async def _let(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tuple[Any, str | None]:
-    args = step.args
-    value = args.get("value")
-    if args.get("expression") and isinstance(value, str):
-        result = expressions.evaluate(value, scope)
-    else:
-        result = expressions.interpolate(value, scope)
-    if args.get("var_type"):
-        result = expressions.coerce(str(args["var_type"]), result)
-    name = str(args["name"])
-    if name == "output":
-        return result, None
-    _assign(frame.variables, name, result)
-    return frame.previous_output, None
-
-
-def _assign(variables: dict[str, Any], name: str, value: Any) -> None:
-    """`let a.b.c = v` sets inside maps, creating them as needed."""
-    parts = name.split(".")
-    target = variables
-    for part in parts[:-1]:
-        inner = target.get(part)
-        if not isinstance(inner, dict):
-            inner = {}
-            target[part] = inner
-        target = inner
-    target[parts[-1]] = value
-
-
-async def _transform(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    args = step.args
-    value = expressions.interpolate(args.get("value"), scope)
-    result = transforms.apply(value, list(args.get("ops", ())), scope)
-    if args.get("var_type"):
-        result = expressions.coerce(str(args["var_type"]), result)
-    name = args.get("name")
-    if name:
-        _assign(frame.variables, str(name), result)
-        return frame.previous_output, None
-    return result, None
-
-
-async def _log(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tuple[Any, str | None]:
-    message = expressions.interpolate(step.args.get("message", ""), scope)
-    if not frame.run.ops.replaying:
-        level = str(step.args.get("level", "info"))
-        getattr(log, level if level in ("debug", "info", "warning", "error") else "info")(
-            "step.log", message=message, workflow_id=frame.run.ops.workflow_id, step=step.label
-        )
-    return frame.previous_output, None
-
-
-async def _sleep(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    delay = _duration(expressions.interpolate(step.args.get("duration"), scope), "sleep")
-    await frame.run.ops.timer(f"{entry.key}:sleep", delay)
-    return frame.previous_output, None
-
-
-async def _wait(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tuple[Any, str | None]:
-    name = str(expressions.interpolate(step.args.get("signal"), scope))
-    ops = frame.run.ops
-    signal = ops.signal(name)
-    timeout = step.args.get("timeout")
-    if timeout is None or signal.done:
-        return await signal, None
-    delay = _duration(expressions.interpolate(timeout, scope), "wait timeout")
-    timer = ops.timer(f"{entry.key}:wait", delay)
-    try:
-        winner = await first_of(signal, timer)
-    except Cancelled:
-        signal.cancel()
-        timer.cancel()
-        raise
-    if winner is timer:
-        signal.cancel()
-        raise StepError("Timeout", f"no signal {name!r} within {_span(delay)}")
-    timer.cancel()
-    return signal.result(), None
-
-
-async def _goto(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tuple[Any, str | None]:
-    target = str(expressions.interpolate(step.args.get("target"), scope))
-    return frame.previous_output, target
-
-
-async def _no_op(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    return frame.previous_output, None
-
-
-async def _return(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    raise Return(expressions.interpolate(step.args.get("value"), scope))
-
-
-async def _fail(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tuple[Any, str | None]:
-    args = step.args
-    message = args.get("message")
-    text = str(expressions.interpolate(message, scope)) if message is not None else None
-    value = expressions.interpolate(args.get("value"), scope)
-    if args.get("rethrow"):
-        if frame.error is None:
-            raise StepError("Fail", "fail rethrow outside an error handler")
-        original = frame.error
-        raise StepError(
-            str(original.get("type", "Fail")),
-            text or str(original.get("message", "")),
-            original.get("details") if value is None else value,
-            step=str(original.get("step", "")),
-        )
-    raise StepError("Fail", text or "failed", value)
-
-
-async def _retry(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    spec = retrying.spec_from_args(step.args)
-    run = frame.run
-    in_handler = frame.error is not None
-    key = str(expressions.interpolate(spec.hash, scope)) if spec.hash else _retry_hash(frame, step)
-    records = run.retry_records.setdefault(key, [])
-    now = run.ops.now
-    cause = frame.error
-    for limit in spec.limits:
-        if retrying.limit_reached(limit, records, now):
-            raise StepError("RetriesExceeded", f"retry limit reached ({_limit_text(limit)})", cause)
-    if retrying.timed_out(spec.timeout, records, now):
-        raise StepError("Timeout", "retry timeout reached", cause)
-    wait = retrying.delay(spec.backoff, len(records), _jitter_rand(run, entry.key))
-    if wait > timedelta(0):
-        await run.ops.timer(f"{entry.key}:backoff", wait)
-    records.append(run.ops.now)
-    decision = retrying.continuation(spec, in_handler)
-    if decision.kind == "goto":
-        return frame.previous_output, decision.target
-    if decision.kind == "resume":
-        raise Replay("resume", force=decision.force)
-    raise Replay("from", decision.target, force=decision.force)
-
-
-def _retry_hash(frame: Frame, step: Step) -> str:
-    # The retry step's place without the visit counts of the path (a handler's
-    # frame is named after the failing step's visit), so every run of it shares
-    # one count; foreach items and fan-out targets keep counts of their own.
-    place = _VISITS.sub(r"\1", frame.path)
-    return f"{place}{step.index}"
-
-
-_VISITS = re.compile(r"(\d+)\.\d+")
-
-
-def _limit_text(limit: retrying.Limit) -> str:
-    parts = []
-    if limit.count is not None:
-        parts.append(str(limit.count))
-    if limit.window is not None:
-        parts.append(("in " if parts else "") + _span(limit.window))
-    return " ".join(parts)
-
-
-def _jitter_rand(run: Run, key: str) -> float:
-    from workers.steps.scope import _util
-
-    value: float = _util(run.ops.now, run.ops.run_id, key)["random"]
-    return value
-
-
-async def _if(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tuple[Any, str | None]:
-    test = step.args.get("test")
-    met = conditions.check(test, scope) if test is not None else False
-    branch = step.args.get("then" if met else "else") or ()
-    if not branch:
-        return frame.previous_output, None
-    return await _inline(frame, tuple(branch), f"{entry.key}.{'t' if met else 'e'}/")
-
-
-async def _inline(
-    frame: Frame, steps: tuple[Step, ...], path: str, *, check_condition: bool = True
-) -> tuple[Any, str | None]:
-    """Run a block that shares the frame's variables; `return` and jumps to
-    ids outside it end it and act on the enclosing frame."""
-    block = Frame(
-        frame.run,
-        steps,
-        path,
-        variables=frame.variables,
-        input=frame.input,
-        parent=frame,
-        error=frame.error,
-    )
-    try:
-        if not check_condition:
-            # A switch case: its condition chose it, against the switch value;
-            # its `next` applies to the switch's frame.
-            target = await block.run_step(0, check_condition=False)
-            return block.previous_output, target
-        output = await block.run_steps()
-    except Jump as jump:
-        if frame.index_of(jump.target) is not None:
-            frame.previous_output = block.previous_output
-            return block.previous_output, jump.target
-        raise
-    return output, None
-
-
-async def _subworkflow(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    return await _inline(frame, tuple(step.args.get("steps", ())), f"{entry.key}/")
-
-
-async def _switch(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    value = expressions.interpolate(step.args.get("value"), scope)
-    for number, case in enumerate(step.args.get("cases", ())):
-        if case.condition is not None and not conditions.check(
-            case.condition, scope, default_target=value
-        ):
-            continue
-        return await _inline(frame, (case,), f"{entry.key}.c{number}/", check_condition=False)
-    return frame.previous_output, None
-
-
-# -- fan-out: foreach and nested workflows ------------------------------------------------
-
-
-async def _foreach(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    args = step.args
-    items = _items(expressions.interpolate(args.get("items"), scope))
-    body = tuple(args.get("do", ()))
-    var, index_var = str(args.get("var", "item")), str(args.get("index_var", "target_index"))
-    # A foreach body sees the enclosing variables (each item its own copy).
-    frame_for = _item_frames(frame, entry, body, var, index_var, frame.variables, frame.input)
-    return await _fan_out(frame, step, items, frame_for, scope)
-
-
-async def _workflow(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    args = step.args
-    setting = args.get("setting")
-    if setting == "retention":
-        record_retention(frame.run, args.get("retention"), scope)
-    if setting:
-        # `workflow replayable …` was applied at the step start.
-        return frame.previous_output, None
-    if args.get("lock"):
-        # The lock is held for the whole block: every target, the block's own
-        # on-error, and its timeout (which starts once the lock is held).
-        run = frame.run
-        name = lock_name(args["lock"], scope)
-        if name == run.workflow_lock:
-            raise StepError("LockFailed", f"the workflow holds lock {name!r} already")
-        generation = run.generation
-        await run.ops.lock(name)
-        try:
-            return await _nested_body(frame, step, entry, scope)
-        finally:
-            if run.generation == generation:
-                run.ops.release_lock(name)
-            # else a replay abandoned this path: the lock stays, for the new one.
-    return await _nested_body(frame, step, entry, scope)
-
-
-def lock_name(value: Any, scope: StepScope) -> str:
-    """`lock: NAME` or `lock: {name, scope}` (a key of both parts), resolved."""
-    resolved = expressions.interpolate(value, scope)
-    if isinstance(resolved, Mapping):
-        name = str(resolved.get("name", ""))
-        part = resolved.get("scope")
-        return f"{name}:{part}" if part not in (None, "") else name
-    return str(resolved)
-
-
-def record_retention(run: Run, text: Any, scope: StepScope) -> None:
-    """Tell the service the run's retention policy: a `retention` marker, which it
-    reads (STEPS.md "Retention"); `context` there means the policy before."""
-    policy = str(expressions.interpolate(text, scope))
-    try:
-        retention.parse(policy)
-    except retention.RetentionError as exc:
-        raise StepError("ExpressionError", str(exc)) from None
-    run.ops.marker("retention", {"retention": policy})
-
-
-async def _nested_body(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    args = step.args
-    body = tuple(args.get("steps", ()))
-    if not args.get("has_target"):
-        child = Frame(
-            frame.run, body, f"{entry.key}/", variables={}, input=entry.input, parent=frame
-        )
-        return await _run_nested(child, step), None
-    items = _items(expressions.interpolate(args.get("target"), scope))
-    var, index_var = str(args.get("var", "target")), str(args.get("index_var", "target_index"))
-    # A nested workflow has variables of its own: only the item and the reduced ones.
-    frame_for = _item_frames(frame, entry, body, var, index_var, {}, entry.input)
-    return await _fan_out(frame, step, items, frame_for, scope)
-
-
-def _item_frames(
-    frame: Frame,
-    entry: Entry,
-    body: tuple[Any, ...],
-    var: str,
-    index_var: str,
-    inherited: dict[str, Any],
-    input: Any,
-) -> Callable[[int, Any, dict[str, Any]], Frame]:
-    """How `_fan_out` makes the frame of each item: `inherited` variables, then the
-    reduced ones, then the item and its index."""
-
-    def frame_for(position: int, item: Any, reduced: dict[str, Any]) -> Frame:
-        variables = copy.deepcopy(inherited)
-        variables.update(reduced)
-        _spread(variables, var, item)
-        variables[index_var] = position
-        return Frame(
-            frame.run,
-            body,
-            f"{entry.key}[{position}]/",
-            variables=variables,
-            input=input,
-            parent=frame,
-        )
-
-    return frame_for
-
-
-async def _run_nested(child: Frame, step: Step) -> Any:
-    """A nested workflow: its own loop; `return` ends only it. A `workflow`
-    step's `on-error` and `timeout` are each child's own (Brooklyn's
-    CustomWorkflowStep): the handler runs inside the child, as a workflow-level
-    one, and a timeout fails the child without running it."""
-    if step.type != "workflow":
-        try:
-            return await child.run_steps()
-        except Return as done:
-            return done.value
-    on_error = step.on_error
-    if step.timeout is None:
-        output, _ = await run_workflow(child, on_error)
-        return output
-    finished, result = await within(
-        child.run, run_workflow(child, on_error), f"{child.path}:timeout", step.timeout
-    )
-    if not finished:
-        raise StepError(
-            "Timeout", f"the nested workflow of {step.label} timed out after {_span(step.timeout)}"
-        )
-    return result[0]
-
-
-async def _fan_out(
-    frame: Frame,
-    step: Step,
-    items: Sequence[Any],
-    frame_for: Any,
-    scope: StepScope,
-) -> tuple[Any, str | None]:
-    reducing = step.args.get("reducing")
-    if reducing:
-        reduced = dict(expressions.interpolate(dict(reducing), scope))
-        for position, item in enumerate(items):
-            child: Frame = frame_for(position, item, reduced)
-            await _run_nested(child, step)
-            reduced = {name: child.variables.get(name) for name in reduced}
-        frame.variables.update(copy.deepcopy(reduced))
-        return reduced, None
-    limit = _concurrency(
-        expressions.interpolate(step.args.get("concurrency", 1), scope), len(items)
-    )
-    results: list[Any] = [None] * len(items)
-    running: dict[int, Task] = {}
-    position = 0
-    try:
-        while position < len(items) or running:
-            while position < len(items) and len(running) < limit:
-                running[position] = frame.run.spawn(
-                    _run_nested(frame_for(position, items[position], {}), step)
-                )
-                position += 1
-            finished = await first_of(*(task.future for task in running.values()))
-            for number, task in list(running.items()):
-                if task.future is finished:
-                    del running[number]
-                    results[number] = task.future.result()
-    except BaseException:
-        for task in running.values():
-            task.cancel()
-        raise
-    return results, None
-
-
-def _concurrency(value: Any, count: int) -> int:
-    """`concurrency`: a number, `all`, a negative number (all but N) or `P%`."""
-    if isinstance(value, str):
-        text = value.strip().lower()
-        if text in ("all", "unlimited"):
-            return max(count, 1)
-        if text.endswith("%"):
-            try:
-                return max(int(count * float(text[:-1]) / 100), 1)
-            except (ValueError, OverflowError):
-                raise StepError("ExpressionError", f"bad concurrency {value!r}") from None
-        try:
-            value = int(text)
-        except ValueError:
-            raise StepError("ExpressionError", f"bad concurrency {value!r}") from None
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise StepError("ExpressionError", f"bad concurrency {value!r}")
-    if value < 0:
-        value = count + value
-    if value <= 0:
-        raise StepError("ExpressionError", f"concurrency must be at least 1 (got {value})")
-    limit: int = value
-    return limit
-
-
-_RANGE = re.compile(r"^\s*(-?\d{1,18})\s*\.\.\s*(-?\d{1,18})\s*$")
-
-
-def _items(value: Any) -> Sequence[Any]:
-    """What a `foreach` (or a nested workflow's `target`) iterates: a list, a
-    map's entries, or `M..N` as a `range`, never built as a list; at most
-    MAX_FOREACH_ITEMS of them."""
-    items: Sequence[Any] | None = None
-    if isinstance(value, list | tuple):
-        items = list(value)
-    elif isinstance(value, str) and (match := _RANGE.match(value)):
-        items = range(int(match.group(1)), int(match.group(2)) + 1)
-    elif isinstance(value, dict):
-        items = [{"key": k, "value": v} for k, v in value.items()]
-    if items is None:
-        shown = expressions.text(value)
-        shown = shown if len(shown) <= 60 else shown[:57] + "..."
-        raise StepError("ExpressionError", f"cannot iterate over {shown!r}: give a list or M..N")
-    if len(items) > MAX_FOREACH_ITEMS:
-        raise StepError(
-            "ExpressionError",
-            f"cannot iterate over {len(items)} items: the limit is {MAX_FOREACH_ITEMS}",
-        )
-    return items
-
-
-def _spread(variables: dict[str, Any], var: str, item: Any) -> None:
-    """`foreach {a, b} in …` spreads a map's keys into variables."""
-    text = var.strip()
-    if text.startswith("{") and text.endswith("}"):
-        names = [n.strip() for n in text[1:-1].split(",") if n.strip()]
-        source = item if isinstance(item, Mapping) else {}
-        for name in names:
-            variables[name] = source.get(name)
-    else:
-        variables[text] = item
-
-
-# -- external steps: activities on runners -------------------------------------------------
-
-
-async def _activity(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    args = step.args
-    payload: Any = entry.input if step.input else None
-    return await _schedule(frame, step, entry, scope, str(args["activity_type"]), payload), None
-
-
-async def _http(frame: Frame, step: Step, entry: Entry, scope: StepScope) -> tuple[Any, str | None]:
-    payload = {"url": expressions.interpolate(step.args.get("url"), scope), **entry.input}
-    return await _schedule(frame, step, entry, scope, HTTP_ACTIVITY, payload), None
-
-
-async def _shell(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    # Values travel as the script's arguments, never as its text (no injection).
-    template = expressions.pieces(str(step.args.get("command")), scope)
-    command, args = shell_script([ShellValue(t) if value else t for t, value in template])
-    payload = {"command": command, "args": args, **entry.input}
-    return await _schedule(frame, step, entry, scope, SHELL_ACTIVITY, payload), None
-
-
-async def _schedule(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope, activity_type: str, payload: Any
-) -> Any:
-    args = step.args
-    timeouts = {
-        name: _duration(expressions.interpolate(args[name], scope), name)
-        for name in _TIMEOUT_KEYS
-        if args.get(name) is not None
-    }
-    task_list = args.get("task_list")
-    future: Future = frame.run.ops.activity(
-        entry.key,
-        activity_type,
-        payload,
-        version=str(args.get("version") or ""),
-        task_list=str(expressions.interpolate(task_list, scope)) if task_list else "",
-        timeouts=dict(timeouts),
-    )
-    try:
-        return await future
-    except StepError as error:
-        if _replays_by_itself(frame, step, error):
-            # `replayable: automatically`: the runner vanished (its activity timed
-            # out start-to-close or by heartbeat), so replay resuming: the step
-            # again if idempotent, else from the last replay point.
-            raise Replay("resume") from None
-        raise
-
-
-MAX_CHILD_ID = 1000  # the service's longest workflow id
-MAX_AUTOMATIC_REPLAYS = 10
-"""Automatic replays of one step, after which its timeout is its error."""
-
-
-def _replays_by_itself(frame: Frame, step: Step, error: StepError) -> bool:
-    run = frame.run
-    if run.definition.replayable != "automatically" or error.type != "ActivityTimedOut":
-        return False
-    details = error.details if isinstance(error.details, dict) else {}
-    if details.get("timeout_type") not in ("START_TO_CLOSE", "HEARTBEAT"):
-        return False
-    place = _retry_hash(frame, step)  # the step's place, whatever its visit
-    run.automatic_replays[place] = run.automatic_replays.get(place, 0) + 1
-    return run.automatic_replays[place] <= MAX_AUTOMATIC_REPLAYS
-
-
-# -- steps that talk to other workflows -----------------------------------------------------
-
-
-async def _signal(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    args = step.args
-    target = str(expressions.interpolate(args.get("workflow_id"), scope))
-    name = str(expressions.interpolate(args.get("name"), scope))
-    value = expressions.interpolate(args.get("value"), scope)
-    await frame.run.ops.signal_workflow(target, name, value)
-    return frame.previous_output, None
-
-
-async def _child(
-    frame: Frame, step: Step, entry: Entry, scope: StepScope
-) -> tuple[Any, str | None]:
-    args = step.args
-    ops = frame.run.ops
-    # Unique to this run and this start of the step: a replayed or continued run
-    # starts children of its own.
-    child_id = f"{ops.workflow_id}/{ops.run_id[:8]}/{entry.key}"
-    if len(child_id) > MAX_CHILD_ID:
-        # Still unique and stable, within the service's id length.
-        digest = hashlib.sha256(child_id.encode()).hexdigest()[:32]
-        child_id = f"{ops.workflow_id[: MAX_CHILD_ID - 40]}/child-{digest}"
-    task_list = args.get("task_list")
-    result = await ops.child(
-        child_id,
-        str(expressions.interpolate(args["workflow_type"], scope)),
-        entry.input if step.input else None,
-        version=str(args.get("version") or ""),
-        task_list=str(expressions.interpolate(task_list, scope)) if task_list else "",
-    )
-    return result, None
-
-
-_BODIES: dict[str, Any] = {
-    "let": _let,
-    "transform": _transform,
-    "log": _log,
-    "sleep": _sleep,
-    "wait": _wait,
-    "goto": _goto,
-    "label": _no_op,
-    "no-op": _no_op,
-    "return": _return,
-    "fail": _fail,
-    "retry": _retry,
-    "if": _if,
-    "switch": _switch,
-    "subworkflow": _subworkflow,
-    "foreach": _foreach,
-    "workflow": _workflow,
-    "activity": _activity,
-    "http": _http,
-    "shell": _shell,
-    "signal": _signal,
-    "child": _child,
-}
-
-
-__all__ = ["START", "Entry", "FlowSignal", "Frame", "Run"]
+__all__ = ["START", "Body", "Entry", "FlowSignal", "Frame", "Run", "run_workflow", "within"]

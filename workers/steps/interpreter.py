@@ -29,13 +29,15 @@ from workers.steps import definition as definitions
 from workers.steps.budget import Budget, BudgetExceeded
 from workers.steps.continuation import Continuation
 from workers.steps.errors import Jump, StepError
-from workers.steps.executor import Frame, Run, lock_name, record_retention, run_workflow, within
+from workers.steps.executor import Frame, Run, run_workflow, within
 from workers.steps.limits import DECIDE_CPU_SECONDS, MIN_TIMER
 from workers.steps.model import Definition, Param
 from workers.steps.operations import RunOperations
 from workers.steps.points import ReplayPoint
 from workers.steps.runtime import Cancelled, Future, Scheduler, Task
 from workers.steps.scope import StepScope
+from workers.steps.steptypes import BODIES
+from workers.steps.steptypes.fanout import lock_name, record_retention
 
 STEP_MARKER = "step"
 
@@ -246,7 +248,7 @@ class Interpreter:
         self.definition = definition
         self.ops = RunOperations(workflow_id, run_id, min_timer)
         self.scheduler = Scheduler()
-        self.run = Run(definition, self.ops, self.scheduler)
+        self.run = Run(definition, self.ops, self.scheduler, BODIES)
         self.main: Task | None = None
         self.close: Decision | None = None
         self.top: Frame | None = None

@@ -21,7 +21,7 @@ from collections.abc import Sequence
 
 from sdk.events import Event
 from workers.steps import continuation
-from workers.steps.errors import Replay, StepError
+from workers.steps.errors import Replay, StepError, StepInterpreterError
 from workers.steps.interpreter import Interpreter, _batches
 from workers.steps.model import Definition
 from workers.steps.points import ReplayPoint
@@ -29,7 +29,7 @@ from workers.steps.points import ReplayPoint
 MODES = ("resuming", "from", "from_start", "last")
 
 
-class ReplayRefused(Exception):
+class ReplayRefused(StepInterpreterError):
     """The replay cannot be done; the message says why."""
 
 

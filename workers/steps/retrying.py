@@ -20,6 +20,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from sdk.durations import parse_duration
+from workers.steps.errors import StepInterpreterError
 
 __all__ = [
     "Backoff",
@@ -38,7 +39,7 @@ __all__ = [
 ]
 
 
-class RetrySpecError(ValueError):
+class RetrySpecError(StepInterpreterError, ValueError):
     """A `retry` step's arguments do not follow the grammar; the message says
     what was wrong and what is accepted."""
 

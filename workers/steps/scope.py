@@ -12,21 +12,50 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from workers.steps.expressions import UnknownName
-
-if TYPE_CHECKING:
-    from workers.steps.executor import Frame
+from workers.steps.model import Definition
+from workers.steps.operations import RunOperations
 
 _MISSING: Any = object()
+
+
+class RunView(Protocol):
+    """What a scope reads of the run (`executor.Run`)."""
+
+    @property
+    def ops(self) -> RunOperations: ...
+    @property
+    def definition(self) -> Definition: ...
+    @property
+    def input(self) -> dict[str, Any]: ...
+    @property
+    def step_records(self) -> dict[str, dict[str, Any]]: ...
+
+
+class FrameView(Protocol):
+    """What a scope reads of the frame it looks names up in (`executor.Frame`,
+    which builds scopes: named here by its shape, so this module does not
+    import the executor)."""
+
+    @property
+    def run(self) -> RunView: ...
+    @property
+    def input(self) -> Mapping[str, Any]: ...
+    @property
+    def variables(self) -> dict[str, Any]: ...
+    @property
+    def previous_output(self) -> Any: ...
+    @property
+    def error(self) -> dict[str, Any] | None: ...
 
 
 @dataclass
 class StepScope:
     """The names visible to one step of one frame."""
 
-    frame: Frame
+    frame: FrameView
     key: str = ""
     step_input: Mapping[str, Any] | None = None
     output: Any = _MISSING

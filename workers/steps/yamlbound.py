@@ -15,12 +15,13 @@ from typing import Any
 
 import yaml
 
+from workers.steps.errors import StepInterpreterError
 from workers.steps.limits import MAX_VALUE_NODES
 
 __all__ = ["AliasBomb", "check_expansion", "load_all"]
 
 
-class AliasBomb(ValueError):
+class AliasBomb(StepInterpreterError, ValueError):
     """A YAML document stands for too many items, or for an infinite one;
     `line` is where (1-based)."""
 

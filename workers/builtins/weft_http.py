@@ -1,53 +1,17 @@
-"""The built-in activities of every `weft runner`: `weft.http` and `weft.shell`.
-
-They are what the step language's `http URL` and `shell COMMAND` steps schedule
-(STEPS.md), written as ordinary `@activity` functions, so they heartbeat, hear
-cancellation and report failures like user activities do.
-
-    weft.http  {url, method="GET", headers={}, body=None, status_code=None, timeout=60}
-               -> {status_code, headers, content, content_json}
-    weft.shell {command, args=[], env={}, exit_code=0}
-               -> {stdout, stderr, exit_code}
-
-Values never become shell text: `command` is the script the definition wrote,
-and the values a step puts into it travel as positional parameters (`args`,
-read as `"$1"`, `"$2"`, … by `sh -c COMMAND weft.shell ARGS…`), which the shell
-expands but never parses. `shell_script` builds that pair from a template's
-literal text and values, so an input `world; id > f` is echoed, not run.
-
-A status code or exit code the step did not expect fails the activity with
-`HttpStatusError` / `ShellExitError`, the response or output in the details, so
-an `on-error` handler can test it.
-
-Both are off until the operator opts in, since each acts with the runner's
-rights. `weft.shell` runs only on a runner started with `--allow-shell`.
-`weft.http` reaches only the hosts of `--allow-http HOST` (`*`: any host whose
-addresses are all public): a private, loopback, link-local, multicast or
-unspecified address (every address a name resolves to is checked, and the
-connection goes to a checked one) is refused unless its host is listed by name
-or address, and each redirect is checked the same way, so a step cannot make a
-runner fetch its cloud's metadata or an internal service. Proxies of the
-environment are not used: through one, the checks could not hold. Refused, a
-task fails at once with `ShellNotAllowed` / `HttpNotAllowed` (not retryable:
-waiting cannot help) instead of waiting for a runner that never takes it.
-"""
+"""`weft.http`: an HTTP request from a runner, to the hosts its `--allow-http`
+policy allows (see the package's docstring)."""
 
 from __future__ import annotations
 
-import asyncio
-import contextlib
 import functools
 import ipaddress
 import json
-import os
 import re
-import signal
 import socket
-import threading
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from email.message import Message
 from http.client import (
@@ -57,180 +21,34 @@ from http.client import (
     HTTPResponse,
     HTTPSConnection,
 )
-from typing import Any, TypeVar
+from typing import Any
 
 from sdk.activity import ActivityDefinition, activity
 from sdk.durations import parse_duration
-from sdk.errors import ActivityFailure, NonRetryableError, WeftError
-from workers.steps.model import HTTP_ACTIVITY, SHELL_ACTIVITY
+from sdk.errors import ActivityFailure
+from workers.builtins.common import (
+    VERSION,
+    HttpNotAllowed,
+    HttpRequestError,
+    HttpStatusError,
+    InvalidInput,
+    _beating,
+    _clip,
+    _describe,
+    _expected,
+    _fields,
+    _in_thread,
+    _kind,
+    _strings,
+)
+from workers.steps.model import HTTP_ACTIVITY
 
-__all__ = [
-    "HTTP_OFF",
-    "HttpNotAllowed",
-    "HttpPolicy",
-    "HttpRequestError",
-    "HttpStatusError",
-    "InvalidInput",
-    "ShellExitError",
-    "ShellNotAllowed",
-    "ShellValue",
-    "builtins",
-    "http",
-    "http_activity",
-    "shell",
-    "shell_script",
-]
-
-T = TypeVar("T")
-A = TypeVar("A")
-VERSION = "1"
-# How often a running built-in heartbeats: the answers are how the runner hears
-# that the step was cancelled (the SDK throttles what it actually sends).
-BEAT_EVERY = 1.0
-# A command's process group gets this long to exit on SIGTERM before SIGKILL.
-KILL_GRACE = 2.0
 DEFAULT_HTTP_TIMEOUT = 60.0
+
+
 # Past this a response could never be a result (payloads are 256 KiB by default):
 # stop reading instead of holding it all in memory.
 MAX_RESPONSE_BYTES = 4 * 1024 * 1024
-# How much of a response or of a command's output a failure's details keep: the
-# details are a payload too, and one over the limit would lose the failure.
-DETAIL_CHARS = 8 * 1024
-
-
-class InvalidInput(NonRetryableError):
-    """The built-in activity's input is malformed: the same input fails again."""
-
-
-class HttpStatusError(ActivityFailure):
-    """The server answered with a status code the step did not expect."""
-
-
-class HttpRequestError(ActivityFailure):
-    """The request got no answer (refused, unknown host, timed out, …); may be retried."""
-
-
-class ShellExitError(ActivityFailure):
-    """The command exited with a code the step did not expect."""
-
-
-class HttpNotAllowed(NonRetryableError):
-    """This runner may not make this request: see `weft runner --allow-http`."""
-
-
-class ShellNotAllowed(NonRetryableError):
-    """This runner does not run shell commands: start it with `weft runner --allow-shell`."""
-
-
-# -- input checking ------------------------------------------------------------------------
-
-
-def _fields(request: Any, activity_type: str, known: Mapping[str, Any]) -> dict[str, Any]:
-    """The input as a dict with defaults filled in; unknown keys are refused, so a
-    misspelt option (`status-code`) is not silently ignored."""
-    if not isinstance(request, dict):
-        raise InvalidInput(f"{activity_type} takes an object as input, not {_kind(request)}")
-    unknown = sorted(set(request) - set(known))
-    if unknown:
-        raise InvalidInput(
-            f"{activity_type}: unknown input {', '.join(map(repr, unknown))}"
-            f" (known: {', '.join(known)})"
-        )
-    return {**known, **{k: v for k, v in request.items() if v is not None}}
-
-
-def _kind(value: Any) -> str:
-    return "null" if value is None else type(value).__name__
-
-
-def _expected(value: Any, what: str) -> frozenset[int] | None:
-    """An expected code: a number, a list of numbers, or "any" (None: any code)."""
-    if isinstance(value, str) and value.strip().lower() == "any":
-        return None
-    items = value if isinstance(value, list) else [value]
-    if not items or not all(isinstance(i, int) and not isinstance(i, bool) for i in items):
-        raise InvalidInput(f'{what} must be a number, a list of numbers or "any", not {value!r}')
-    return frozenset(items)
-
-
-def _describe(codes: frozenset[int] | None) -> str:
-    if codes is None:
-        return "any"
-    return " or ".join(str(c) for c in sorted(codes))
-
-
-def _strings(value: Any, what: str) -> dict[str, str]:
-    """Headers or environment variables: names to text (numbers and booleans as JSON)."""
-    if not isinstance(value, dict):
-        raise InvalidInput(f"{what} must be an object of names to values, not {_kind(value)}")
-    out: dict[str, str] = {}
-    for name, item in value.items():
-        if isinstance(item, bool):
-            out[str(name)] = "true" if item else "false"
-        elif isinstance(item, str | int | float):
-            out[str(name)] = str(item)
-        else:
-            raise InvalidInput(f"{what}: {name!r} must be text or a number, not {_kind(item)}")
-    return out
-
-
-def _clip(text: str) -> str:
-    return text if len(text) <= DETAIL_CHARS else text[:DETAIL_CHARS] + "… (truncated)"
-
-
-# -- heartbeats and cancellation ---------------------------------------------------------------
-
-
-def _beat() -> None:
-    # Called directly, outside a runner (a test, a script): nobody to tell.
-    with contextlib.suppress(WeftError):
-        activity.heartbeat()
-
-
-async def _beating(work: Awaitable[T]) -> T:
-    """Await `work`, heartbeating meanwhile. Cancelling this (the step was
-    cancelled, or its start-to-close passed) cancels `work` too."""
-    task = asyncio.ensure_future(work)
-    try:
-        while True:
-            _beat()
-            done, _ = await asyncio.wait({task}, timeout=BEAT_EVERY)
-            if done:
-                return task.result()
-    finally:
-        task.cancel()
-
-
-async def _in_thread(fn: Callable[[A], T], arg: A) -> T:
-    """`fn(arg)` in a daemon thread of its own, so a blocking call keeps the
-    runner's loop free. Not the loop's default executor: `asyncio.run` would wait
-    for a call still running there before the runner could exit. Cancelled, the
-    call finishes by itself and its outcome is dropped."""
-    loop = asyncio.get_running_loop()
-    future: asyncio.Future[T] = loop.create_future()
-
-    def settle(apply: Callable[[Any], None], value: Any) -> None:
-        def on_loop() -> None:
-            if not future.done():  # not cancelled meanwhile
-                apply(value)
-
-        with contextlib.suppress(RuntimeError):  # the loop closed meanwhile
-            loop.call_soon_threadsafe(on_loop)
-
-    def target() -> None:
-        try:
-            result = fn(arg)
-        except BaseException as exc:
-            settle(future.set_exception, exc)
-        else:
-            settle(future.set_result, result)
-
-    threading.Thread(target=target, name="weft-builtin", daemon=True).start()
-    return await future
-
-
-# -- weft.http ---------------------------------------------------------------------------------
-
 _HTTP_INPUT: dict[str, Any] = {
     "url": None,
     "method": "GET",
@@ -239,6 +57,8 @@ _HTTP_INPUT: dict[str, Any] = {
     "status_code": None,
     "timeout": DEFAULT_HTTP_TIMEOUT,
 }
+
+
 _SUCCESS = frozenset(range(200, 300))
 
 
@@ -628,166 +448,3 @@ async def _http(call: HttpCall, policy: HttpPolicy) -> dict[str, Any]:
 # No host: `weft.http` off, as a runner has it by default.
 HTTP_OFF = HttpPolicy()
 http = http_activity(HTTP_OFF)
-
-
-# -- weft.shell --------------------------------------------------------------------------------
-
-_SHELL_INPUT: dict[str, Any] = {"command": None, "args": [], "env": {}, "exit_code": 0}
-# `$0` of the script: what the shell names itself in its own error messages.
-SHELL_NAME = SHELL_ACTIVITY
-
-
-@dataclass(frozen=True)
-class ShellValue:
-    """A value inside a shell step's command template: it becomes an argument
-    of the script, never part of its text."""
-
-    text: str
-
-
-def shell_script(pieces: Sequence[str | ShellValue]) -> tuple[str, list[str]]:
-    """The script and its arguments for a template: literal text (the
-    definition's own shell code) and values, in order. Each value is replaced
-    by a reference to the next positional parameter, written for the quoting
-    the literal text has open at that point: `"${N}"` outside quotes, `${N}`
-    inside double quotes, `'"${N}"'` inside single quotes. A parameter's value
-    is expanded and never parsed, so whatever the value holds (`;`, `$(…)`,
-    quotes, newlines) stays data; a quote mistracked (inside `$(…)` within
-    double quotes, say) can change how a value is split, never run it."""
-    script: list[str] = []
-    args: list[str] = []
-    quote = ""  # the quote open at this point of the script: "", "'" or '"'
-    for piece in pieces:
-        if isinstance(piece, ShellValue):
-            args.append(piece.text)
-            ref = f"${{{len(args)}}}"
-            script.append({"": f'"{ref}"', '"': ref, "'": f"'\"{ref}\"'"}[quote])
-        else:
-            script.append(piece)
-            quote = _quote_after(piece, quote)
-    return "".join(script), args
-
-
-def _quote_after(text: str, quote: str) -> str:
-    """The quote open after `text`, given the one open before it (POSIX sh:
-    nothing escapes inside single quotes; a backslash escapes the next character
-    elsewhere)."""
-    escaped = False
-    for char in text:
-        if escaped:
-            escaped = False
-        elif quote == "'":
-            quote = "" if char == "'" else quote
-        elif char == "\\":
-            escaped = True
-        elif char == quote:
-            quote = ""
-        elif not quote and char in "'\"":
-            quote = char
-    return quote
-
-
-@dataclass(frozen=True)
-class ShellCall:
-    """A checked `weft.shell` input."""
-
-    command: str
-    args: list[str]
-    env: dict[str, str]
-    expected: frozenset[int] | None
-
-    @classmethod
-    def from_input(cls, request: Any) -> ShellCall:
-        given = _fields(request, SHELL_ACTIVITY, _SHELL_INPUT)
-        command = given["command"]
-        if not isinstance(command, str) or not command.strip():
-            raise InvalidInput(f"{SHELL_ACTIVITY}: command must be non-empty text")
-        return cls(
-            command=command,
-            args=_arguments(given["args"]),
-            env=_strings(given["env"], "env"),
-            expected=_expected(given["exit_code"], "exit_code"),
-        )
-
-    def expects(self, code: int) -> bool:
-        return self.expected is None or code in self.expected
-
-
-def _arguments(value: Any) -> list[str]:
-    """The script's positional parameters: text (numbers and booleans as JSON)."""
-    if not isinstance(value, list):
-        raise InvalidInput(f"{SHELL_ACTIVITY}: args must be a list of text, not {_kind(value)}")
-    return list(_strings(dict(enumerate(value)), "args").values())
-
-
-async def _kill(proc: asyncio.subprocess.Process) -> None:
-    """Stop the command and whatever it started (its own process group):
-    SIGTERM, then SIGKILL if it is still there after a grace period."""
-    _signal_group(proc, signal.SIGTERM)
-    try:
-        await asyncio.wait_for(proc.wait(), KILL_GRACE)
-    except TimeoutError:
-        _signal_group(proc, signal.SIGKILL)
-        await proc.wait()
-
-
-def _signal_group(proc: asyncio.subprocess.Process, sig: signal.Signals) -> None:
-    with contextlib.suppress(ProcessLookupError):  # the whole group has exited already
-        os.killpg(proc.pid, sig)
-
-
-@activity(name=SHELL_ACTIVITY, version=VERSION)
-async def shell(request: Any) -> dict[str, Any]:
-    """A shell command (`/bin/sh -c COMMAND weft.shell ARGS…`) with the runner's
-    environment plus `env`; its output and exit code, or `ShellExitError` if the
-    code is not the expected one (default 0). Cancelled, it kills the command's
-    process group."""
-    call = ShellCall.from_input(request)
-    proc = await asyncio.create_subprocess_exec(
-        "/bin/sh",
-        "-c",
-        call.command,
-        SHELL_NAME,
-        *call.args,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-        env={**os.environ, **call.env},
-        start_new_session=True,  # a process group of its own, to kill as a whole
-    )
-    try:
-        out, err = await _beating(proc.communicate())
-    except BaseException:
-        await asyncio.shield(_kill(proc))
-        raise
-    code = await proc.wait()  # at once: communicate() saw it exit
-    stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
-    if not call.expects(code):
-        raise ShellExitError(
-            f"`{call.command}` exited with {code}; expected {_describe(call.expected)}",
-            details={
-                "command": call.command,
-                **({"args": call.args} if call.args else {}),
-                "exit_code": code,
-                "stdout": _clip(stdout),
-                "stderr": _clip(stderr),
-            },
-        )
-    return {"stdout": stdout, "stderr": stderr, "exit_code": code}
-
-
-async def _shell_not_allowed(request: Any) -> None:
-    raise ShellNotAllowed(
-        "this runner does not run shell commands: start it with `weft runner --allow-shell`"
-    )
-
-
-def builtins(*, allow_shell: bool, allow_http: HttpPolicy = HTTP_OFF) -> list[ActivityDefinition]:
-    """The built-in activities a runner offers: `weft.http` within `allow_http`
-    (by default it refuses every task at once); `weft.shell` with `allow_shell`,
-    else a stand-in that refuses every shell task at once."""
-    web = http if allow_http == HTTP_OFF else http_activity(allow_http)
-    if allow_shell:
-        return [web, shell]
-    refuse = activity(name=SHELL_ACTIVITY, version=VERSION)(_shell_not_allowed)
-    return [web, refuse]
