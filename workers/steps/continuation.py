@@ -34,15 +34,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import TYPE_CHECKING, Any
+from typing import Any, Protocol
 
 from sdk.decider import Decision
 from sdk.durations import parse_duration
 from sdk.events import Event
+from workers.steps.entry import Entry
+from workers.steps.errors import StepError
+from workers.steps.operations import RunOperations
 from workers.steps.runtime import Future
-
-if TYPE_CHECKING:
-    from workers.steps.executor import Frame, Run
 
 CONTINUATION_KEY = "$continuation"
 """The one key of a continued run's input: what the run it continues carried over."""
@@ -50,6 +50,39 @@ MIN_EVENTS = 100
 """The smallest `continue-as-new-after` event count: below it, a run would spend
 its history on little more than starting and continuing."""
 _EVENTS = re.compile(r"^(\d+)\s+events?$")
+
+
+class Run(Protocol):
+    """What a continuation reads and restores of the run (`executor.Run`, named
+    here by its shape so that this module does not import the executor)."""
+
+    input: dict[str, Any]
+    step_records: dict[str, dict[str, Any]]
+    retry_records: dict[str, list[datetime]]
+    automatic_replays: dict[str, int]
+
+    @property
+    def ops(self) -> RunOperations: ...
+
+
+class Frame(Protocol):
+    """What a continuation reads and restores of the workflow's own frame
+    (`executor.Frame`)."""
+
+    previous_output: Any
+    marks: set[int]
+    last_point: int | None
+    entries: dict[int, Entry]
+    visits: dict[int, int]
+
+    @property
+    def run(self) -> Run: ...
+    @property
+    def steps(self) -> Sequence[Any]: ...
+    @property
+    def path(self) -> str: ...
+    @property
+    def variables(self) -> dict[str, Any]: ...
 
 
 @dataclass(frozen=True)
@@ -218,9 +251,6 @@ def carried(given: Any) -> dict[str, Any] | None:
 def restore(doc: dict[str, Any], cont: Continuation, top: Frame) -> int:
     """Set the new run's fresh workflow frame up as the old run left it; the
     step to start at."""
-    from workers.steps.errors import StepError
-    from workers.steps.executor import Entry
-
     run = top.run
     index = doc.get("index")
     if not isinstance(index, int) or not 0 <= index < len(top.steps):

@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable, Coroutine, Mapping, Sequence
-from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -23,6 +22,7 @@ from sdk.durations import parse_duration
 from workers.steps import conditions, expressions, retrying
 from workers.steps.budget import Budget
 from workers.steps.continuation import Continuation
+from workers.steps.entry import Entry
 from workers.steps.errors import FlowSignal, Jump, Replay, Return, StepError
 from workers.steps.expressions import ExpressionError
 from workers.steps.model import (
@@ -40,16 +40,6 @@ MAX_STARTS_PER_TASK = 10_000
 """Step starts allowed in one decision task: more, and the steps are looping
 without waiting on anything (a handler that jumps back to a step that fails at
 once); the run fails instead of its decider spinning for ever."""
-
-
-@dataclass
-class Entry:
-    """What a step start recorded: enough to resume it or replay from it."""
-
-    key: str
-    variables: dict[str, Any]
-    input: dict[str, Any]
-    previous_output: Any
 
 
 class Run:

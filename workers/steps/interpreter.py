@@ -23,7 +23,7 @@ from typing import Any
 
 from sdk.decider import Decider, Decision, DecisionTask
 from sdk.events import Event
-from sdk.testing import check_decisions
+from sdk.replay import check_decisions
 from workers.steps import continuation, expressions
 from workers.steps import definition as definitions
 from workers.steps.budget import Budget, BudgetExceeded
