@@ -17,6 +17,7 @@ from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
 from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.engine.limits import Defaults, Limits
+from orchestrator.engine.start import DEFAULT_VERSION
 from orchestrator.metrics import Metrics
 from orchestrator.store.store import RunRow, Store
 from sdk.api.weft.v1 import common_pb2 as c
@@ -90,10 +91,6 @@ def execution_info(row: RunRow, version: str = "") -> c.WorkflowExecutionInfo:
     return info
 
 
-# The version a step definition has when it names none (STEPS.md).
-DEFAULT_VERSION = "1"
-
-
 class ServiceBase:
     def __init__(
         self,
@@ -132,8 +129,8 @@ class ServiceBase:
         """(version, registered defaults) of the type a start names.
 
         An empty version is the type registered without one; failing that, the
-        one registered as version "1", the version a step definition has when it
-        names none, so `weft start NAME` reaches a registered definition.
+        one registered as DEFAULT_VERSION ("1"), the version a step definition has
+        when it names none, so `weft start NAME` reaches a registered definition.
         """
         candidates = [(name, version)] if version else [(name, ""), (name, DEFAULT_VERSION)]
         found = await self._store.registered_types("workflow", ns, candidates)

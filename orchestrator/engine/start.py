@@ -9,6 +9,12 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from .transition import Transition, duration
 
+# The version a workflow type has when it names none: a step definition without
+# `version:` (STEPS.md), and the one a start naming no version falls back to.
+# The step interpreter, which may not import the server, keeps a copy
+# (workers/steps/model.py DEFAULT_VERSION), held equal by a test.
+DEFAULT_VERSION = "1"
+
 
 @dataclass(frozen=True)
 class StartCommand:

@@ -108,7 +108,7 @@ import yaml
 
 from workers.steps.continuation import parse_after
 from workers.steps.errors import StepInterpreterError
-from workers.steps.model import Definition, Param
+from workers.steps.model import DEFAULT_VERSION, Definition, Param
 from workers.steps.stepparse import _handlers, _step_list
 from workers.steps.syntax import (
     _NULL,
@@ -221,7 +221,7 @@ _WORKFLOW_IDEMPOTENT = {"all": "all", "none": ""}
 def _definition(root: yaml.MappingNode, context: _Context) -> Definition:
     # Keys are read in the order written, so the first problem in the file is
     # the one reported; what is missing is reported after.
-    values: dict[str, Any] = {"version": "1"}
+    values: dict[str, Any] = {"version": DEFAULT_VERSION}
     given: dict[str, str] = {}
     for key, line, node in _entries(root, context):
         name = _WORKFLOW_KEYS.get(key)
@@ -247,7 +247,8 @@ def _read_name(node: yaml.Node, context: _Context, key: str) -> dict[str, Any]:
 
 
 def _read_version(node: yaml.Node, context: _Context, key: str) -> dict[str, Any]:
-    # A number is taken as written (`1.10` stays "1.10"); absent or null is "1".
+    # A number is taken as written (`1.10` stays "1.10"); absent or null is
+    # DEFAULT_VERSION ("1").
     version = _text(node, "version")
     if version is None:
         return {}

@@ -31,7 +31,7 @@ from workers.steps.continuation import Continuation
 from workers.steps.errors import Jump, StepError
 from workers.steps.executor import Frame, Run, run_workflow, within
 from workers.steps.limits import DECIDE_CPU_SECONDS, MIN_TIMER
-from workers.steps.model import Definition, Param
+from workers.steps.model import DEFAULT_VERSION, Definition, Param
 from workers.steps.operations import RunOperations
 from workers.steps.points import ReplayPoint
 from workers.steps.runtime import Cancelled, Future, Scheduler, Task
@@ -69,7 +69,7 @@ class StepDecider(Decider):
             return _parse(source)
         kind = started.get("workflow_type") or {}
         name, version = str(kind.get("name", "")), str(kind.get("version", ""))
-        found = self.local.get((name, version)) or self.local.get((name, "1"))
+        found = self.local.get((name, version)) or self.local.get((name, DEFAULT_VERSION))
         if found is None:
             raise StepError(
                 "UnknownWorkflowType", f"no step definition for {name!r} version {version!r}"

@@ -27,6 +27,11 @@ RESERVED_IDS = frozenset({"start", "end", "exit", "last", "default", "here"})
 HTTP_ACTIVITY = "weft.http"
 SHELL_ACTIVITY = "weft.shell"
 
+# The version a definition has when it names none. The rule's home is the
+# server's engine (orchestrator/engine/start.py DEFAULT_VERSION), which the
+# interpreter may not import; a test holds the two equal.
+DEFAULT_VERSION = "1"
+
 
 @dataclass(frozen=True)
 class Param:
