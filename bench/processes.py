@@ -2,7 +2,11 @@
 the helper processes of the references (the gRPC echo server, the DBOS peer).
 
 Each writes its output to a log file in the run's log directory; when one dies
-early, its log tail is in the error."""
+early, its log tail is in the error.
+
+The module-level helpers (`free_port`, `spawn`, `stop`, `kill9`, `log_tail`,
+`wait_serving`) are the one implementation of child-process handling: the
+bench, the chaos run and the tests' `ServerProcess` all use them."""
 
 from __future__ import annotations
 
@@ -15,6 +19,7 @@ import subprocess
 import sys
 import time
 import urllib.request
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -33,6 +38,81 @@ def free_port() -> int:
         sock.bind(("127.0.0.1", 0))
         port: int = sock.getsockname()[1]
         return port
+
+
+def spawn(
+    argv: list[str],
+    log_path: Path,
+    *,
+    cwd: Path | None = REPO,
+    stdin: int = subprocess.DEVNULL,
+    stdout: int | None = None,
+    env: dict[str, str] | None = None,
+) -> subprocess.Popen[bytes]:
+    """Start `argv` in its own session (a Ctrl-C of ours reaches us, not it), its
+    output (stdout too unless `stdout` is given) in `log_path`."""
+    # Our own WEFT_* settings must not leak into the processes under test.
+    child_env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+    child_env.update(env or {})
+    with log_path.open("wb") as log:
+        return subprocess.Popen(
+            argv,
+            cwd=cwd,
+            stdin=stdin,
+            stdout=log if stdout is None else stdout,
+            stderr=log,
+            env=child_env,
+            start_new_session=True,
+        )
+
+
+def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
+    if proc is None or proc.poll() is not None:
+        return
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGKILL)
+        proc.wait(timeout=10)
+
+
+def kill9(proc: subprocess.Popen[bytes]) -> None:
+    """SIGKILL: no drain, no cleanup, exactly like a crash."""
+    proc.send_signal(signal.SIGKILL)
+    proc.wait(timeout=10)
+
+
+def log_tail(log_path: Path, lines: int) -> str:
+    try:
+        text = log_path.read_text(errors="replace")
+    except FileNotFoundError:
+        return f"({log_path} missing)"
+    tail = "\n".join(text.splitlines()[-lines:])
+    return f"--- {log_path} (last {lines} lines) ---\n{tail}"
+
+
+async def wait_serving(
+    channel: grpc.aio.Channel, check_alive: Callable[[], None], timeout: float
+) -> bool:
+    """Poll the gRPC health check over `channel` (closed on return) until it says
+    SERVING (True) or `timeout` passes (False); `check_alive` raises when the
+    process died meanwhile."""
+    deadline = time.monotonic() + timeout
+    async with channel:
+        health = health_pb2_grpc.HealthStub(channel)
+        while True:
+            check_alive()
+            try:
+                resp = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
+                if resp.status == health_pb2.HealthCheckResponse.SERVING:
+                    return True
+            except grpc.aio.AioRpcError:
+                pass
+            if time.monotonic() > deadline:
+                return False
+            await asyncio.sleep(0.05)
 
 
 def free_ports(n: int) -> int:
@@ -59,18 +139,8 @@ class Process:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self, *, stdin: int = subprocess.DEVNULL, stdout: int | None = None) -> Process:
-        # Our own WEFT_* settings must not leak into the processes under test.
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                self.argv,
-                cwd=REPO,  # `bench.workload` imports from the checkout
-                stdin=stdin,
-                stdout=log if stdout is None else stdout,
-                stderr=log,
-                env=env,
-                start_new_session=True,  # a Ctrl-C of the bench reaches us, not them
-            )
+        # cwd: `bench.workload` imports from the checkout
+        self.proc = spawn(self.argv, self.log_path, cwd=REPO, stdin=stdin, stdout=stdout)
         return self
 
     @property
@@ -91,23 +161,10 @@ class Process:
             raise RuntimeError(f"{self.name} exited (code {code})\n{self.log_tail()}")
 
     def stop(self, timeout: float = 15.0) -> None:
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=timeout)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
+        stop(self.proc, timeout)
 
     def log_tail(self, lines: int = 25) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return f"({self.log_path} missing)"
-        tail = "\n".join(text.splitlines()[-lines:])
-        return f"--- {self.log_path} (last {lines} lines) ---\n{tail}"
+        return log_tail(self.log_path, lines)
 
 
 class WeftServer(Process):
@@ -166,25 +223,13 @@ class WeftServer(Process):
         return f"127.0.0.1:{self.port}"
 
     async def wait_serving(self, timeout: float = 60.0) -> None:
-        deadline = time.monotonic() + timeout
         if self.tls_ca:
             ca = Path(self.tls_ca).read_bytes()
             channel = grpc.aio.secure_channel(self.address, grpc.ssl_channel_credentials(ca))
         else:
             channel = grpc.aio.insecure_channel(self.address)
-        async with channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while True:
-                self.check_alive()
-                try:
-                    resp = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.aio.AioRpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise RuntimeError(f"{self.name} not serving in {timeout}s\n{self.log_tail()}")
-                await asyncio.sleep(0.05)
+        if not await wait_serving(channel, self.check_alive, timeout):
+            raise RuntimeError(f"{self.name} not serving in {timeout}s\n{self.log_tail()}")
 
 
 @dataclass

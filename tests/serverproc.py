@@ -1,32 +1,28 @@
 """`weft server` as a real subprocess: start it on a free port, wait until its gRPC
 health check says SERVING, then kill -9 it, stop it with SIGTERM, or restart it
 on the same database and port. Its stdout and stderr go to a log file, whose
-tail is shown when the process dies unexpectedly."""
+tail is shown when the process dies unexpectedly.
+
+The process handling itself (spawn, health wait, stop, kill) is the bench's
+(`bench.processes`), shared with the chaos run: the bench is a tool beside the
+project that must not import the tests, so the tests import it."""
 
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import grpc
-from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from bench import processes
+from bench.processes import free_port
 from sdk.tls import TlsConfig
 
-WEFT = Path(sys.executable).parent / "weft"
+WEFT = Path(processes.WEFT)
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+__all__ = ["WEFT", "ServerProcess", "free_port"]
 
 
 class ServerProcess:
@@ -71,53 +67,32 @@ class ServerProcess:
         assert self.proc is None or self.proc.poll() is not None, "already running"
         self.starts += 1
         self.log_path = self.log_dir / f"{self.name}-{self.starts}.log"
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(WEFT),
-                    "server",
-                    "--db",
-                    self.db_url,
-                    "--listen",
-                    self.address,
-                    "--long-poll",
-                    self.long_poll,
-                    "--log-level",
-                    "info",
-                    *self.extra_args,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,  # our own signals (Ctrl-C) do not reach it
-            )
+        self.proc = processes.spawn(
+            [
+                str(WEFT),
+                "server",
+                "--db",
+                self.db_url,
+                "--listen",
+                self.address,
+                "--long-poll",
+                self.long_poll,
+                "--log-level",
+                "info",
+                *self.extra_args,
+            ],
+            self.log_path,
+            cwd=None,
+        )
         await self.wait_serving(timeout)
 
     async def wait_serving(self, timeout: float = 30.0) -> None:
-        deadline = time.monotonic() + timeout
-        async with self.channel() as channel:
-            health = health_pb2_grpc.HealthStub(channel)
-            while True:
-                self._check_alive()
-                try:
-                    resp = await health.Check(health_pb2.HealthCheckRequest(service=""), timeout=1)
-                    if resp.status == health_pb2.HealthCheckResponse.SERVING:
-                        return
-                except grpc.aio.AioRpcError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(
-                        f"{self.name} not SERVING within {timeout}s\n{self.log_tail()}"
-                    )
-                await asyncio.sleep(0.05)
+        if not await processes.wait_serving(self.channel(), self._check_alive, timeout):
+            raise AssertionError(f"{self.name} not SERVING within {timeout}s\n{self.log_tail()}")
 
     def kill9(self) -> None:
         """SIGKILL: no drain, no cleanup, exactly like a crash."""
-        proc = self._running()
-        proc.send_signal(signal.SIGKILL)
-        proc.wait(timeout=10)
+        processes.kill9(self._running())
 
     async def terminate(self, timeout: float = 30.0) -> int:
         """SIGTERM: the node drains and exits; returns its exit code."""
@@ -133,25 +108,12 @@ class ServerProcess:
 
     def stop(self) -> None:
         """Best-effort clean-up for fixtures: SIGTERM, then SIGKILL if it hangs."""
-        proc = self.proc
-        if proc is None or proc.poll() is not None:
-            return
-        proc.send_signal(signal.SIGTERM)
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.send_signal(signal.SIGKILL)
-            proc.wait(timeout=10)
+        processes.stop(self.proc, timeout=15)
 
     # -- diagnostics ------------------------------------------------------------------
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return f"({self.log_path} missing)"
-        tail = "\n".join(text.splitlines()[-lines:])
-        return f"--- {self.log_path} (last {lines} lines) ---\n{tail}"
+        return processes.log_tail(self.log_path, lines)
 
     def _running(self) -> subprocess.Popen[bytes]:
         assert self.proc is not None and self.proc.poll() is None, f"{self.name} is not running"

@@ -3,14 +3,14 @@
 from __future__ import annotations
 
 import asyncio
-import os
 import signal
 import subprocess
 from pathlib import Path
 
+from bench import processes
 from tests.serverproc import WEFT, ServerProcess
 
-REPO = Path(__file__).resolve().parent.parent
+REPO = processes.REPO
 
 
 class WorkerProcess:
@@ -34,26 +34,20 @@ class WorkerProcess:
         self.proc: subprocess.Popen[bytes] | None = None
 
     def start(self) -> WorkerProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
-        env.update(self.extra_env)
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(WEFT),
-                    self.kind,
-                    "--address",
-                    self.address,
-                    "--identity",
-                    self.name,
-                    *self.args,
-                ],
-                cwd=REPO,  # so `examples.order` imports as it does for a user in the repo
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
+        self.proc = processes.spawn(
+            [
+                str(WEFT),
+                self.kind,
+                "--address",
+                self.address,
+                "--identity",
+                self.name,
+                *self.args,
+            ],
+            self.log_path,
+            cwd=REPO,  # so `examples.order` imports as it does for a user in the repo
+            env=self.extra_env,
+        )
         return self
 
     @property
@@ -62,8 +56,7 @@ class WorkerProcess:
 
     def kill9(self) -> None:
         assert self.proc is not None
-        self.proc.send_signal(signal.SIGKILL)
-        self.proc.wait(timeout=10)
+        processes.kill9(self.proc)
 
     def sigterm(self) -> None:
         assert self.proc is not None
@@ -75,15 +68,7 @@ class WorkerProcess:
 
     def stop(self) -> None:
         """Fixture clean-up: SIGTERM, then SIGKILL if it hangs."""
-        if not self.running:
-            return
-        assert self.proc is not None
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.proc.send_signal(signal.SIGKILL)
-            self.proc.wait(timeout=10)
+        processes.stop(self.proc, timeout=15)
 
     def log(self) -> str:
         try:
