@@ -12,7 +12,7 @@ from typing import Any, TypeVar
 import structlog
 
 from orchestrator.engine import activity as activities
-from orchestrator.engine import caller
+from orchestrator.engine import caller, external
 from orchestrator.engine.context import ActivityDefaults, ChildType, DecisionContext
 from orchestrator.engine.decisions import (
     complete_decision_task,
@@ -243,10 +243,7 @@ class TaskService(ServiceBase):
                 targets[(wid, run_id)] = ("", "UNKNOWN_EXTERNAL_WORKFLOW")
                 continue
             state = await self._store.load_state(target)
-            full = (
-                state.signals >= limits.signals_per_run
-                or state.next_event_id > limits.events_per_run
-            )
+            full = bool(external.signal_refusal(state, limits))
             targets[(wid, run_id)] = ("", "SIGNAL_LIMIT_EXCEEDED") if full else (target, "")
         return {
             "child_types": child_types,

@@ -100,7 +100,9 @@ def signal_external(
     wid, run_id = a.execution.workflow_id, a.execution.run_id
     target, cause = ctx.signal_targets.get((wid, run_id), ("", "UNKNOWN_EXTERNAL_WORKFLOW"))
     to_itself = target == s.run_id
-    if to_itself and s.signals >= ctx.limits.signals_per_run:
+    # A signal to itself past the event limit is refused by `external.signal`
+    # below (raised, as for a signal from outside), so only the count is asked here.
+    if to_itself and external.signals_full(s, ctx.limits):
         target, cause = "", "SIGNAL_LIMIT_EXCEEDED"
     if not target:
         t.emit(

@@ -7,22 +7,36 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from .errors import ResourceExhausted
 from .limits import Limits
+from .state import RunState
 from .tokens import check_open
 from .transition import Transition
+
+
+def signals_full(state: RunState, limits: Limits) -> bool:
+    """The run holds as many signals as a run may take."""
+    return state.signals >= limits.signals_per_run
+
+
+def signal_refusal(state: RunState, limits: Limits) -> str:
+    """Why the run takes no signal now ("" when it takes one): the signal limit
+    first, then the event limit. The signal limit's one home: a signal from
+    outside (`signal` below), a decider's signal to its own run
+    (`children.signal_external`) and one to another run (checked by the API
+    before the decision is applied) all ask here."""
+    if signals_full(state, limits):
+        return f"run has {state.signals} signals: the limit is {limits.signals_per_run} per run"
+    if state.next_event_id > limits.events_per_run:
+        return f"run has {state.next_event_id - 1} events: the limit is {limits.events_per_run}"
+    return ""
 
 
 def signal(
     t: Transition, name: str, payload: c.Payload | None, identity: str, limits: Limits
 ) -> None:
     check_open(t.state)
-    if t.state.signals >= limits.signals_per_run:
-        raise ResourceExhausted(
-            f"run has {t.state.signals} signals: the limit is {limits.signals_per_run} per run"
-        )
-    if t.state.next_event_id > limits.events_per_run:
-        raise ResourceExhausted(
-            f"run has {t.state.next_event_id - 1} events: the limit is {limits.events_per_run}"
-        )
+    refusal = signal_refusal(t.state, limits)
+    if refusal:
+        raise ResourceExhausted(refusal)
     attrs = h.SignalAttributes(signal_name=name, identity=identity)
     if payload is not None:
         attrs.input.CopyFrom(payload)
