@@ -18,6 +18,16 @@ from google.protobuf.message import Message
 from sdk.api.weft.v1 import history_pb2 as h
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter, PayloadDecodeError
 
+# Every event type, named from the history's `attributes` oneof (each field's
+# name in CamelCase), as the server names them (orchestrator/engine/events.py
+# derives its own the same way; the server may not import this module, and
+# tests/test_rule_copies.py holds the two equal). The sets below are parts of it.
+EVENT_TYPES: frozenset[str] = frozenset(
+    "".join(part.capitalize() for part in f.name.split("_"))
+    for f in h.HistoryEvent.DESCRIPTOR.oneofs_by_name["attributes"].fields
+    if f.message_type
+)
+
 CLOSE_TYPES = frozenset(
     {
         "WorkflowSuccess",
@@ -28,6 +38,27 @@ CLOSE_TYPES = frozenset(
         "WorkflowContinuedAsNew",
     }
 )
+# How a scheduled activity ends.
+ACTIVITY_CLOSE_TYPES = frozenset(
+    {
+        "ActivitySuccess",
+        "ActivityFailed",
+        "ActivityTimedOut",
+        "ActivityScheduledTimeout",
+        "ActivityCanceled",
+    }
+)
+# How a started child run ends, as its parent's history tells it.
+CHILD_CLOSE_TYPES = frozenset(
+    {
+        "ChildWorkflowSuccess",
+        "ChildWorkflowFailed",
+        "ChildWorkflowTimedOut",
+        "ChildWorkflowCanceled",
+        "ChildWorkflowTerminated",
+    }
+)
+assert CLOSE_TYPES | ACTIVITY_CLOSE_TYPES | CHILD_CLOSE_TYPES <= EVENT_TYPES
 
 
 @dataclass(frozen=True)

@@ -16,7 +16,7 @@ from typing import Any
 import structlog
 
 from sdk.decider import Decision
-from sdk.events import Event
+from sdk.events import ACTIVITY_CLOSE_TYPES, CHILD_CLOSE_TYPES, Event
 from workers.steps.errors import StepError
 from workers.steps.runtime import Future
 
@@ -340,27 +340,9 @@ class RunOperations:
             future.set_error(error)
 
 
-_ACTIVITY_OUTCOMES = frozenset(
-    {
-        "ActivitySuccess",
-        "ActivityFailed",
-        "ActivityTimedOut",
-        "ActivityScheduledTimeout",
-        "ActivityCanceled",
-    }
-)
-
-
-_CHILD_OUTCOMES = frozenset(
-    {
-        "ChildWorkflowSuccess",
-        "ChildWorkflowFailed",
-        "ChildWorkflowTimedOut",
-        "ChildWorkflowCanceled",
-        "ChildWorkflowTerminated",
-        "StartChildWorkflowFailed",
-    }
-)
+_ACTIVITY_OUTCOMES = ACTIVITY_CLOSE_TYPES
+# A child that never started ends its step as surely as one that closed.
+_CHILD_OUTCOMES = CHILD_CLOSE_TYPES | {"StartChildWorkflowFailed"}
 
 
 def _activity_error(activity_id: str, event: Event) -> StepError:
