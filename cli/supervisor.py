@@ -42,7 +42,9 @@ def _worker(settings: dict[str, str], index: int) -> subprocess.Popen[bytes]:
     # stays the same when the supervisor restarts it.
     base = settings.get("WEFT_NODE_NAME") or default_node_name(settings.get("WEFT_LISTEN", ""))
     env["WEFT_NODE_NAME"] = f"{base}#{index}"
-    argv = [sys.executable, "-m", "cli", "server", "--reuse-port"]
+    # -P: the working directory stays off sys.path, so a `cli.py` or `cli/` of the
+    # user's own there cannot stand in for the command.
+    argv = [sys.executable, "-P", "-m", "cli", "server", "--reuse-port"]
     return subprocess.Popen(argv, env=env)
 
 

@@ -5,7 +5,11 @@ they stay true: each folder one process or one library, imports only downward.
   `workers/` and `webui/` do not import `cli/`; nothing imports `cli/`.
 - Its engine imports nothing of the SDK but the wire: the generated protobuf
   modules and the two grammars client and server share (`sdk.durations`,
-  `sdk.retention`), which import nothing else of the project.
+  `sdk.retention`), which import nothing else of the project. (A rule about the
+  source: Python still runs `sdk/__init__` when it loads them.)
+
+Only static imports are seen (an `importlib` call is not), and only in the
+packages above; `tests/`, `bench/`, `chaos/` and `examples/` may import anything.
 - Only `orchestrator/store/` imports SQLAlchemy (and Alembic).
 - No import circle among the project's modules (imports made only for type
   checking count: they are circles for a reader all the same).
@@ -88,6 +92,8 @@ def imports() -> dict[str, tuple[frozenset[str], frozenset[str]]]:
                     inside.add(target)
                 elif name.split(".")[0] not in PACKAGES:
                     outside.add(name.split(".")[0])
+                else:  # a project name that is no module: the checks would miss it
+                    raise AssertionError(f"{module}: {name} is not a module of the project")
         inside.discard(module)
         out[module] = (frozenset(inside), frozenset(outside))
     return out
@@ -119,6 +125,15 @@ def test_imports_go_only_downward() -> None:
         if _top(target) in forbidden.get(_top(module), set())
     )
     assert wrong == []
+    # The engine is the bottom of the server: pure, below everything else in it.
+    above = sorted(
+        f"{module} imports {target}"
+        for module, (inside, _) in imports().items()
+        if module.startswith("orchestrator.engine")
+        for target in inside
+        if _top(target) == "orchestrator" and not target.startswith("orchestrator.engine")
+    )
+    assert above == []
 
 
 # What the server's engine may use of the SDK: the wire itself, modules that

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import base64
 import binascii
-import importlib
 from datetime import UTC, datetime
 from typing import Any
 from urllib.parse import quote, urlencode
@@ -15,6 +14,8 @@ from starlette.responses import RedirectResponse, Response
 from sdk.errors import InvalidArgumentError
 from sdk.events import CLOSE_TYPES, Event
 from sdk.workflows import WorkflowDescription
+from webui import steps_view
+from webui import timeline as timelines
 from webui.context import is_htmx, ui_of
 from webui.service import RunFilter, history_slice, run_key, whole_history
 from webui.service import runs_page as fetch_runs
@@ -33,14 +34,6 @@ STATUSES = (
 )
 # Runs whose whole history the run page reads (children, close event) while open.
 SMALL_HISTORY = 2000
-
-
-def optional(module: str) -> Any | None:
-    """A module of the UI written beside this one (timeline, steps), or None until it is."""
-    try:
-        return importlib.import_module(module)
-    except ImportError:
-        return None
 
 
 def run_url(ns: str, workflow_id: str, run_id: str) -> str:
@@ -374,7 +367,6 @@ async def _timeline(request: Request) -> dict[str, Any]:
     info = desc.info
     client = await ui.client(request, ns)
     base = run_url(ns, info.workflow_id, info.run_id)
-    module = optional("webui.timeline")
     window = _window(request)
     try:
         lane_offset = max(0, int(request.query_params.get("lanes", "0")))
@@ -396,24 +388,22 @@ async def _timeline(request: Request) -> dict[str, Any]:
         "is_steps": False,
         "ns_url": f"/namespaces/{quote(ns, safe='')}",
     }
-    if module is None:
-        return context
     events = await whole_history(client, ui.cache, info)
     # An open run's drawing is redrawn from the cache, reading only new events; a
     # history too big to keep would be read whole each time: drawn once, not followed.
     context["live"] = context["live"] and ui.cache.holds(run_key(client, info))
     context["too_big"] = info.status == "open" and not context["live"]
-    timeline = module.build_timeline(events, now=datetime.now(UTC))
-    window = _clamp(window, timeline.start, timeline.end)
+    drawing = timelines.build_timeline(events, now=datetime.now(UTC))
+    window = _clamp(window, drawing.start, drawing.end)
     context["query"] = _window_query(window, lane_offset)
-    context["svg"] = module.render_svg(
-        timeline, window=window, max_lanes=MAX_LANES, lane_offset=lane_offset
+    context["svg"] = timelines.render_svg(
+        drawing, window=window, max_lanes=MAX_LANES, lane_offset=lane_offset
     )
     context["zoom"] = {
         name: _window_query(w, lane_offset)
-        for name, w in module.zoom_windows(timeline, window).items()
+        for name, w in timelines.zoom_windows(drawing, window).items()
     }
-    count = len(timeline.lanes)
+    count = len(drawing.lanes)
     context["lane_count"] = count
     if count > MAX_LANES:
         pages = {}
@@ -440,11 +430,8 @@ async def steps_page(request: Request) -> Response:
     client = await ui.client(request, ns)
     events = await whole_history(client, ui.cache, info)
     source = str(events[0].get("definition") or "") if events else ""
-    module = optional("webui.steps_view")
     selected = request.query_params.get("step") or None
-    view = None
-    if source and module is not None:
-        view = module.step_view(source, events, selected=selected)
+    view = steps_view.step_view(source, events, selected=selected) if source else None
     modes = replay_modes(source, events, info.workflow_id, info.run_id) if source else []
     return ui.render(
         request,
@@ -456,7 +443,6 @@ async def steps_page(request: Request) -> Response:
         base=run_url(ns, info.workflow_id, info.run_id),
         source=source,
         view=view,
-        available=module is not None,
         modes=modes,
         is_steps=bool(source),
         ns_url=f"/namespaces/{quote(ns, safe='')}",

@@ -136,7 +136,8 @@ def _flatten(steps: Sequence[Step], on_error: Sequence[Step]) -> list[_Node]:
             body = args.get("do") if step.type == "foreach" else args.get("steps")
             for j, child in enumerate(body or ()):
                 add(child, f"{place}/{j}", depth + 1, node)
-        # A nested workflow's on-error is each run of it's own (`_run_nested`).
+        # A nested workflow's on-error is each run of it's own (see
+        # `workers.steps.steptypes.fanout._run_nested`).
         handlers = f"{place}/workflow!" if boundary and step.type == "workflow" else f"{place}!"
         for k, handler in enumerate(step.on_error):
             add(handler, f"{handlers}{k}", depth + 1, node, "on-error: ")

@@ -209,7 +209,7 @@ class Frame:
                 error.step = step.label
             if not step.on_error or (entry is not None and _runs_nested_workflows(step)):
                 # Brooklyn: a nested workflow's `on-error` is each child's own,
-                # applied inside it (`_run_nested`), never to the step.
+                # applied inside it (`steptypes.fanout._run_nested`), never to the step.
                 raise
             key = entry.key if entry is not None else f"{self.path}{index}.{self.visits[index]}"
             output, target = await self.handle_error(step.on_error, error, key)
@@ -420,7 +420,7 @@ class Frame:
             _runs_nested_workflows(step) and not step.args.get("has_target")
         ):
             # A nested workflow without a target: its own timeout (in
-            # `_run_nested`) is the step's; a fan-out is bounded by both.
+            # `steptypes.fanout._run_nested`) is the step's; a fan-out is bounded by both.
             return await self._body(step, entry)
         finished, result = await within(
             self.run, self._body(step, entry), f"{entry.key}:timeout", step.timeout
