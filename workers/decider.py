@@ -9,23 +9,18 @@ carries a step definition (registered with `weft register`, or loaded from
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
-import structlog
-
 from sdk.decider_worker import DeciderWorker, TypeRegistration
 from sdk.tls import TlsConfig
+from workers import process
 from workers.loader import LoadError, deciders_in, load
-from workers.runner import worker_client
 from workers.steps.definition import DefinitionError, load_dir
 from workers.steps.interpreter import StepDecider
 from workers.steps.limits import DECIDE_CPU_SECONDS, MIN_TIMER
 from workers.steps.model import Definition
-
-log = structlog.get_logger("weft.decider")
 
 
 @dataclass(frozen=True)
@@ -59,7 +54,7 @@ def build(config: DeciderConfig) -> DeciderWorker:
             "no task list: give --task-list, --definitions, or set task_list on the Decider"
         )
     return DeciderWorker(
-        worker_client(
+        process.worker_client(
             config.address, config.namespace, config.identity, config.tls, config.api_key
         ),
         deciders=deciders,
@@ -107,15 +102,10 @@ def registration(definition: Definition, lists: tuple[str, ...]) -> TypeRegistra
 
 def run(config: DeciderConfig) -> int:
     worker = build(config)
-    log.info(
-        "decider.loaded",
+    return process.run(
+        "decider",
+        worker,
         workflow_types=sorted(f"{n}@{v}" if v else n for n, v in worker.deciders),
         task_lists=worker.task_lists,
         address=config.address,
     )
-    worker.run()
-    if worker.abandoned:
-        # A sync `decide` still running in a thread would hold the process open.
-        log.warning("decider.exit_abandoned", tasks=worker.abandoned)
-        os._exit(1)
-    return 0

@@ -10,24 +10,14 @@ it runs the built-ins alone.
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass
 from datetime import timedelta
 
-import structlog
-
 from sdk.activity import ActivityDefinition
 from sdk.activity_worker import ActivityWorker
-from sdk.client import AsyncClient
-from sdk.retry import RetryPolicy
 from sdk.tls import TlsConfig
-from workers import builtins
+from workers import builtins, process
 from workers.loader import LoadError, activities_in, load
-
-log = structlog.get_logger("weft.runner")
-
-# A worker process never gives up on the server: it waits out restarts.
-WORKER_RETRY = RetryPolicy(give_up_after=None)
 
 
 @dataclass(frozen=True)
@@ -49,25 +39,6 @@ class RunnerConfig:
     api_key: str | None = None
 
 
-def worker_client(
-    address: str,
-    namespace: str,
-    identity: str,
-    tls: TlsConfig | None = None,
-    api_key: str | None = None,
-) -> AsyncClient:
-    """The client of a worker process: it waits out server restarts, however long
-    (a refused TLS handshake is not waited out: it raises TlsError)."""
-    return AsyncClient(
-        address,
-        namespace=namespace,
-        identity=identity or None,
-        retry=WORKER_RETRY,
-        tls=tls,
-        api_key=api_key,
-    )
-
-
 def build(config: RunnerConfig) -> ActivityWorker:
     """The worker for a config; raises LoadError when a module holds nothing to
     run or there is no task list to poll."""
@@ -78,7 +49,7 @@ def build(config: RunnerConfig) -> ActivityWorker:
     if not lists:
         raise LoadError("no task list: give --task-list, or name one in @activity(task_list=…)")
     return ActivityWorker(
-        worker_client(
+        process.worker_client(
             config.address, config.namespace, config.identity, config.tls, config.api_key
         ),
         activities=with_builtins(
@@ -110,17 +81,12 @@ def with_builtins(
 
 def run(config: RunnerConfig) -> int:
     worker = build(config)
-    log.info(
-        "runner.loaded",
+    return process.run(
+        "runner",
+        worker,
         activities=sorted(worker.activities),
         task_lists=worker.task_lists,
         address=config.address,
         allow_shell=config.allow_shell,
         allow_http=config.allow_http.describe(),
     )
-    worker.run()
-    if worker.abandoned:
-        # A sync activity still running in a thread would hold the process open.
-        log.warning("runner.exit_abandoned", tasks=worker.abandoned)
-        os._exit(1)
-    return 0
