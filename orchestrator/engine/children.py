@@ -100,8 +100,11 @@ def signal_external(
     wid, run_id = a.execution.workflow_id, a.execution.run_id
     target, cause = ctx.signal_targets.get((wid, run_id), ("", "UNKNOWN_EXTERNAL_WORKFLOW"))
     to_itself = target == s.run_id
-    # A signal to itself past the event limit is refused by `external.signal`
-    # below (raised, as for a signal from outside), so only the count is asked here.
+    # The API already asked `external.signal_refusal` of every target before the
+    # decisions are applied, the run itself included; this asks the signal count
+    # again because signals emitted earlier in this same answer count too. Events
+    # emitted earlier in it that cross the event limit make `external.signal` below
+    # raise, as it does for a signal from outside.
     if to_itself and external.signals_full(s, ctx.limits):
         target, cause = "", "SIGNAL_LIMIT_EXCEEDED"
     if not target:

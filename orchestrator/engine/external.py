@@ -20,9 +20,9 @@ def signals_full(state: RunState, limits: Limits) -> bool:
 def signal_refusal(state: RunState, limits: Limits) -> str:
     """Why the run takes no signal now ("" when it takes one): the signal limit
     first, then the event limit. The signal limit's one home: a signal from
-    outside (`signal` below), a decider's signal to its own run
-    (`children.signal_external`) and one to another run (checked by the API
-    before the decision is applied) all ask here."""
+    outside (`signal` below), and a decider's signal to any run, its own
+    included (asked by the API of every target before the decisions are
+    applied, and again by `children.signal_external`), all ask here."""
     if signals_full(state, limits):
         return f"run has {state.signals} signals: the limit is {limits.signals_per_run} per run"
     if state.next_event_id > limits.events_per_run:
