@@ -87,8 +87,10 @@ async def _sessions(
         log.exception("weft ui: %s %s failed", request.method, request.url.path)
         response = _failure(request, "INTERNAL", f"the UI failed: {type(exc).__name__}", 500)
     finally:
+        # Synchronous: a cancelled request still releases every lease (the closes
+        # of retired clients run in tasks of their own).
         for lease in request.state.leases:
-            await ui.clients.release(lease)
+            ui.clients.release(lease)
     current = session_of(request)  # login and logout rotate it
     if current.sid != given:
         response.set_cookie(

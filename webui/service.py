@@ -10,7 +10,9 @@ own key (`describe`) has let them see the run.
 
 from __future__ import annotations
 
+import asyncio
 import json
+import logging
 import socket
 from collections import OrderedDict
 from collections.abc import Sequence
@@ -25,6 +27,7 @@ from sdk.visibility import MAX_PAGE
 from sdk.workflows import WorkflowInfo
 from webui.config import UiConfig
 
+log = logging.getLogger("weft.ui")
 UI_RETRY = RetryPolicy(give_up_after=timedelta(seconds=3))
 MAX_CLIENTS = 64
 CLIENTS_PER_KEY = 8
@@ -35,7 +38,7 @@ visitor asking for random namespaces evicts only clients of their own key."""
 @dataclass(eq=False)
 class Lease:
     """A client in use by a request; an evicted client is closed once no request
-    uses it any more, never under a call."""
+    uses it any more (at once when none does), never under a call."""
 
     client: AsyncClient
     users: int = 0
@@ -50,6 +53,8 @@ class Clients:
         self.config = config
         self._clients: OrderedDict[tuple[str, str], Lease] = OrderedDict()
         self._retired: set[Lease] = set()
+        """Retired clients some request still uses."""
+        self._closing: set[asyncio.Task[None]] = set()
 
     def lease(self, api_key: str | None, namespace: str) -> Lease:
         """The client of (key, namespace), counted as in use until `release`."""
@@ -76,22 +81,37 @@ class Clients:
         lease.users += 1
         return lease
 
-    async def release(self, lease: Lease) -> None:
+    def release(self, lease: Lease) -> None:
+        """The request is done with `lease`. Synchronous, so that a cancelled request
+        still releases every lease it holds; a retired client no request uses any
+        more is closed in a task of its own."""
         lease.users -= 1
-        if lease.retired and lease.users <= 0 and lease in self._retired:
-            self._retired.discard(lease)
-            await lease.client.close()
+        if lease.retired and lease.users <= 0:
+            self._close_soon(lease)
 
     def _retire(self, key: tuple[str, str]) -> None:
         lease = self._clients.pop(key)
         lease.retired = True
-        self._retired.add(lease)
+        if lease.users <= 0:
+            self._close_soon(lease)  # idle: nothing will release it later
+        else:
+            self._retired.add(lease)
 
-    async def sweep(self) -> None:
-        """Close the retired clients no request uses."""
-        for lease in [le for le in self._retired if le.users <= 0]:
-            self._retired.discard(lease)
-            await lease.client.close()
+    def _close_soon(self, lease: Lease) -> None:
+        self._retired.discard(lease)
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # no loop (never in a request): `close` closes it
+            self._retired.add(lease)
+            return
+        task = loop.create_task(_close(lease.client))
+        self._closing.add(task)
+        task.add_done_callback(self._closing.discard)
+
+    async def settle(self) -> None:
+        """Wait for the closes under way."""
+        while self._closing:
+            await asyncio.gather(*self._closing, return_exceptions=True)
 
     def forget(self, api_key: str) -> None:
         """Retire the clients of a key (its person logged out); each is closed when
@@ -103,10 +123,18 @@ class Clients:
         return len(self._clients)
 
     async def close(self) -> None:
+        await self.settle()
         for lease in [*self._clients.values(), *self._retired]:
             await lease.client.close()
         self._clients.clear()
         self._retired.clear()
+
+
+async def _close(client: AsyncClient) -> None:
+    try:
+        await client.close()
+    except Exception:  # a client that fails to close is gone all the same
+        log.exception("weft ui: closing a client failed")
 
 
 def events_bytes(events: Sequence[Event]) -> int:

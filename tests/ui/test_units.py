@@ -67,13 +67,24 @@ def test_random_namespaces_close_no_client_under_a_call(monkeypatch: pytest.Monk
     async def scenario() -> None:
         mine = clients.lease("weft.k_1.a", "default")  # a person's call, in flight
         anonymous = clients.lease(None, "default")  # an anonymous call, in flight
+        idle = []
         for i in range(200):
-            await clients.release(clients.lease(None, f"random-{i}"))
+            lease = clients.lease(None, f"random-{i}")
+            clients.release(lease)
+            idle.append(lease)
         assert clients.lease("weft.k_1.a", "default") is mine  # never evicted by others
+        await clients.settle()
         assert anonymous.client not in FakeClient.closed  # evicted, but still in use
-        await clients.release(anonymous)
+        # Evicted while idle: closed at once, not left open.
+        evicted = [le for le in idle if le.retired]
+        assert len(evicted) == 200 - service.CLIENTS_PER_KEY
+        assert all(le.client in FakeClient.closed for le in evicted)
+        assert not any(le.client in FakeClient.closed for le in idle if not le.retired)
+        clients.release(anonymous)
+        await clients.settle()
         assert anonymous.client in FakeClient.closed  # closed after its last call
         assert len(clients) <= service.CLIENTS_PER_KEY + 1
+        assert len(FakeClient.closed) == len(evicted) + 1
 
     asyncio.run(scenario())
 
