@@ -2,9 +2,11 @@
 
 It talks to the server as any client does (`--address`, `--namespace`, the TLS
 and API key options); `--api-key` is what visitors who have not logged in use,
-on loopback only. It listens on loopback by default: another address is refused
-unless the UI serves HTTPS (`--https-cert`/`--https-key`), has no key of its own
-for anonymous visitors, and the server asks for credentials — or `--insecure`.
+on loopback only (and never for a request that came through a proxy). It listens
+on loopback by default: another address is refused if the UI has a key of its
+own (always), and unless the UI serves HTTPS (`--https-cert`/`--https-key`) and
+the server asks for credentials — `--insecure` waives those two, with a warning
+line each.
 """
 
 from __future__ import annotations
@@ -37,7 +39,9 @@ _FILE = click.Path(exists=True, dir_okay=False)
     "--insecure",
     is_flag=True,
     envvar="WEFT_UI_INSECURE",
-    help="serve plain HTTP on a non-loopback address anyway",
+    help="on a non-loopback address, serve plain HTTP and skip the check that the server"
+    " requires credentials, anyway (each waiver is warned of at start; the UI's own API key"
+    " is refused off loopback all the same)",
 )
 @click.option(
     "--allowed-host",
@@ -87,6 +91,8 @@ def ui(
         refusal = asyncio.run(server_refusal(config))
     if refusal:
         fail("ui", refusal, EXIT_USAGE)
+    for waiver in config.waivers():
+        click.echo(f"weft ui: warning: {waiver}", err=True)
     host, _, port = listen.rpartition(":")
     scheme = "https" if config.https else "http"
     click.echo(f"weft ui: serving {scheme}://{listen} for the server at {address}", err=True)

@@ -20,14 +20,15 @@ class UiConfig:
     tls: TlsConfig | None = None
     """How the UI reaches the server (the client's --tls* options)."""
     api_key: str | None = None
-    """Used for visitors who have not logged in (one person's UI on loopback); None:
-    they must log in when the server asks for credentials."""
+    """Used for visitors who have not logged in (one person's UI on their own machine:
+    loopback only, and never for a request that came through a proxy); None: they
+    must log in when the server asks for credentials."""
     https_cert: str | None = None
     https_key: str | None = None
     """The UI's own HTTPS certificate and key (uvicorn serves HTTPS with them)."""
     insecure: bool = False
-    """Listen on a non-loopback address over plain HTTP, or with an anonymous key, or
-    in front of a server that asks for no credentials, anyway."""
+    """Off loopback: serve plain HTTP, and skip the check that the server asks for
+    credentials, anyway. It never lets the UI's own key serve anonymous visitors."""
     allowed_hosts: tuple[str, ...] = ()
     """Host names the UI answers to besides the --listen host and loopback (a request
     naming another Host is refused: DNS rebinding)."""
@@ -64,20 +65,34 @@ class UiConfig:
         """Why this configuration must not start (secure by default), or None."""
         if bool(self.https_cert) != bool(self.https_key):
             return "--https-cert and --https-key go together; give both"
-        if not self.exposed or self.insecure:
+        if not self.exposed:
             return None
-        if not self.https:
+        if self.api_key:
+            # Never waived, not even by --insecure.
+            return (
+                f"--listen {self.listen} is not a loopback address and an API key is given"
+                " (--api-key or WEFT_API_KEY): it would act for every visitor who has not"
+                " logged in; unset it (people log in with their own keys)"
+            )
+        if not self.https and not self.insecure:
             return (
                 f"--listen {self.listen} is not a loopback address: give --https-cert and"
                 " --https-key (HTTPS), or --insecure to serve plain HTTP to anyone who reaches it"
             )
-        if self.api_key:
-            return (
-                f"--listen {self.listen} is not a loopback address and an API key is given"
-                " (--api-key or WEFT_API_KEY): it would act for every visitor who has not"
-                " logged in; unset it (people log in with their own keys), or give --insecure"
-            )
         return None
+
+    def waivers(self) -> list[str]:
+        """What --insecure lets through here, a line each (for `weft ui` to warn)."""
+        if not self.exposed or not self.insecure:
+            return []
+        lines = []
+        if not self.https:
+            lines.append(f"--insecure: serving plain HTTP on {self.listen}, not a loopback address")
+        lines.append(
+            "--insecure: not checking that the server requires credentials: if it does not,"
+            " anyone reaching the UI acts through it"
+        )
+        return lines
 
 
 async def server_refusal(config: UiConfig) -> str | None:

@@ -119,6 +119,20 @@ def test_off_loopback_no_key_serves_anonymous_visitors(tmp_path: Path) -> None:
     env = {"WEFT_API_KEY": "weft.k_000000000000.x"}
     refused = weft_ui("--listen", f"0.0.0.0:{free_port()}", *https, env=env)
     assert refused.returncode == 2 and "WEFT_API_KEY" in refused.stderr
+    # --insecure does not waive it, with HTTPS or without.
+    for extra in (https, []):
+        refused = weft_ui("--listen", f"0.0.0.0:{free_port()}", *extra, "--insecure", env=env)
+        assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+        assert "would act for every visitor" in refused.stderr
+    assert UiConfig(listen="0.0.0.0:7401", insecure=True, api_key="k").refusal() is not None
+
+
+def test_insecure_warns_of_each_waiver() -> None:
+    plain = UiConfig(listen="0.0.0.0:7401", insecure=True).waivers()
+    assert len(plain) == 2 and "plain HTTP" in plain[0] and "credentials" in plain[1]
+    https = UiConfig(listen="0.0.0.0:7401", insecure=True, https_cert="c", https_key="k")
+    assert len(https.waivers()) == 1 and "credentials" in https.waivers()[0]
+    assert UiConfig(insecure=True).waivers() == []  # on loopback nothing is waived
 
 
 def test_off_loopback_the_server_must_ask_for_credentials(tmp_path: Path) -> None:
