@@ -14,6 +14,7 @@ from starlette.requests import Request
 from starlette.responses import Response
 from starlette.templating import Jinja2Templates
 
+from sdk.addresses import is_loopback
 from sdk.client import AsyncClient
 from sdk.errors import (
     InvalidArgumentError,
@@ -59,10 +60,12 @@ class Ui:
 
     async def client(self, request: Request, namespace: str) -> AsyncClient:
         """The client of this visitor: their key when logged in, else the UI's own
-        (on loopback only: `weft ui` refuses to serve others with it)."""
-        return self.client_for(
-            request, session_of(request).api_key or self.config.api_key, namespace
-        )
+        for a request straight from this machine (`weft ui` refuses to listen
+        elsewhere with it), else none (the service asks them to log in)."""
+        key = session_of(request).api_key
+        if key is None and self.config.api_key and from_this_machine(request):
+            key = self.config.api_key
+        return self.client_for(request, key, namespace)
 
     def client_for(self, request: Request, api_key: str | None, namespace: str) -> AsyncClient:
         """The client of `api_key`, in use until this request has been answered."""
@@ -84,6 +87,25 @@ class Ui:
         return self.templates.TemplateResponse(
             request, name, {**base, **context}, status_code=status
         )
+
+
+PROXY_HEADERS = (
+    "forwarded",
+    "x-forwarded-for",
+    "x-forwarded-host",
+    "x-forwarded-proto",
+    "x-real-ip",
+)
+
+
+def from_this_machine(request: Request) -> bool:
+    """The request's peer is loopback and it names no proxy: a reverse proxy on
+    this host (nginx `proxy_pass http://127.0.0.1:7401`) relays other people's
+    requests from loopback, so anything forwarded is not the UI's own person's."""
+    peer = request.client.host if request.client else ""
+    if not is_loopback(f"[{peer}]:0" if ":" in peer else f"{peer}:0"):
+        return False
+    return not any(name in request.headers for name in PROXY_HEADERS)
 
 
 def ui_of(request: Request) -> Ui:

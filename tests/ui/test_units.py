@@ -14,6 +14,7 @@ from sdk.errors import (
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    UnauthenticatedError,
     UnavailableError,
 )
 from sdk.events import Event
@@ -128,7 +129,9 @@ def test_service_errors_map_to_http_statuses() -> None:
     assert http_status(InternalError("x")) == 502
 
 
-async def _call(app: Any, path: str, headers: dict[str, str] | None = None) -> tuple[int, str]:
+async def _call(
+    app: Any, path: str, headers: dict[str, str] | None = None, *, peer: str = "127.0.0.1"
+) -> tuple[int, str]:
     """One GET through the ASGI app, as uvicorn would make it."""
     sent: list[dict[str, Any]] = []
     scope = {
@@ -143,7 +146,7 @@ async def _call(app: Any, path: str, headers: dict[str, str] | None = None) -> t
         "root_path": "",
         "headers": [(b"host", b"127.0.0.1:7401")]
         + [(k.lower().encode(), v.encode()) for k, v in (headers or {}).items()],
-        "client": ("127.0.0.1", 5000),
+        "client": (peer, 5000),
         "server": ("127.0.0.1", 7401),
     }
 
@@ -188,3 +191,52 @@ def test_the_hosts_a_request_may_name() -> None:
         "ui.example",
     ]
     assert "0.0.0.0" not in UiConfig(listen="0.0.0.0:7401").hosts()
+
+
+class KeyedClient:
+    """A client of a server that asks for credentials: without a key every call is
+    UNAUTHENTICATED, with one it is refused (PERMISSION_DENIED, for a page to show)."""
+
+    made: list[str | None] = []
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.namespace = kwargs["namespace"]
+        self.api_key = kwargs.get("api_key")
+
+    def __getattr__(self, name: str) -> Any:
+        async def call(*args: Any, **kwargs: Any) -> Any:
+            KeyedClient.made.append(self.api_key)
+            if self.api_key is None:
+                raise UnauthenticatedError("give a key")
+            raise PermissionDeniedError(f"{self.api_key} may not")
+
+        return call
+
+    async def close(self) -> None:
+        pass
+
+
+def test_the_uis_own_key_is_never_used_for_a_forwarded_request(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(service, "AsyncClient", KeyedClient)
+    KeyedClient.made = []
+    app = create_app(UiConfig(api_key="weft.k_000000000000.own"))
+    runs = "/namespaces/default/runs"
+    status, body = asyncio.run(_call(app, runs))  # straight from this machine
+    assert status == 403 and "weft.k_000000000000.own may not" in body
+    assert set(KeyedClient.made) == {"weft.k_000000000000.own"}
+    for header in (
+        "Forwarded",
+        "X-Forwarded-For",
+        "X-Forwarded-Host",
+        "X-Forwarded-Proto",
+        "X-Real-IP",
+    ):
+        KeyedClient.made = []
+        status, _ = asyncio.run(_call(app, runs, {header: "203.0.113.9"}))
+        assert status == 303 and set(KeyedClient.made) == {None}, header  # to /login
+    # A peer that is not loopback (a proxy elsewhere) neither.
+    KeyedClient.made = []
+    status, _ = asyncio.run(_call(app, runs, peer="10.0.0.7"))
+    assert status == 303 and set(KeyedClient.made) == {None}
