@@ -1,9 +1,11 @@
 """Login with one's own API key, logout, and the CSRF check of every form.
 
 The key stays in this process (the session's), never in the browser: the cookie
-holds only a random session id. A key is accepted when the service does not
-call it UNAUTHENTICATED (a narrow key, a signaler's say, may see little, but it is
-a key); what it may do is the service's to decide on each call.
+holds only a random session id. A key is accepted when the service answers the
+check call, or refuses it as PERMISSION_DENIED or NOT_FOUND (a narrow key, a
+signaler's say, may see little, but it is a known key); any other answer
+(UNAUTHENTICATED, UNAVAILABLE, INTERNAL, a timeout…) logs nobody in. What a key
+may do is the service's to decide on each call.
 """
 
 from __future__ import annotations
@@ -11,8 +13,8 @@ from __future__ import annotations
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
 
-from sdk.errors import UnauthenticatedError, UnavailableError, WeftError
-from webui.context import session_of, ui_of
+from sdk.errors import NotFoundError, PermissionDeniedError, UnauthenticatedError, WeftError
+from webui.context import http_status, session_of, status_name, ui_of
 
 MAX_KEY = 512
 
@@ -58,11 +60,13 @@ async def login(request: Request) -> Response:
     except UnauthenticatedError as exc:
         ui.clients.forget(key)
         return again(f"UNAUTHENTICATED: {exc.message}", 401)
-    except UnavailableError as exc:
+    except (PermissionDeniedError, NotFoundError):
+        pass  # the key is known, but narrow: it may not describe the namespace
+    except WeftError as exc:  # no answer about the key (unavailable, internal, timed out)
         ui.clients.forget(key)
-        return again(f"UNAVAILABLE: {exc.message}", 503)
-    except WeftError:
-        pass  # a key that may not describe the namespace is still a key
+        return again(
+            f"could not check the key: {status_name(exc)}: {exc.message}", http_status(exc)
+        )
     except Exception as exc:  # the channel would not take it: still not a key
         ui.clients.forget(key)
         return again(f"That key could not be sent ({type(exc).__name__}).", 400)

@@ -18,6 +18,9 @@ from collections import OrderedDict
 from dataclasses import dataclass, field
 
 COOKIE = "weft_ui_session"
+MAX_PER_KEY = 50
+"""Logged-in sessions one key holds: logging in again past it ends its oldest, so
+one key logging in over and over cannot push out everyone else."""
 
 
 @dataclass
@@ -98,6 +101,9 @@ class SessionStore:
             flash=session.flash,
         )
         self._logged_in[fresh.sid] = fresh
+        same = [sid for sid, s in self._logged_in.items() if s.api_key == api_key]
+        for sid in same[: max(0, len(same) - MAX_PER_KEY)]:  # oldest first
+            del self._logged_in[sid]
         while len(self._logged_in) > self.max_sessions:
             self._logged_in.popitem(last=False)
         return fresh

@@ -4,16 +4,20 @@ what the run page counts, and the page every unexpected failure gets."""
 from __future__ import annotations
 
 import asyncio
+import re
 from datetime import UTC, datetime, timedelta
 from typing import Any
+from urllib.parse import urlencode
 
 import pytest
 
 from sdk.errors import (
+    DeadlineExceededError,
     InternalError,
     InvalidArgumentError,
     NotFoundError,
     PermissionDeniedError,
+    ResourceExhaustedError,
     UnauthenticatedError,
     UnavailableError,
 )
@@ -23,7 +27,7 @@ from webui.app import create_app
 from webui.config import UiConfig
 from webui.context import http_status
 from webui.service import HistoryCache, events_bytes
-from webui.sessions import SessionStore
+from webui.sessions import COOKIE, MAX_PER_KEY, SessionStore
 from webui.summary import activity_attempts
 
 T0 = datetime(2025, 3, 1, tzinfo=UTC)
@@ -240,3 +244,121 @@ def test_the_uis_own_key_is_never_used_for_a_forwarded_request(
     KeyedClient.made = []
     status, _ = asyncio.run(_call(app, runs, peer="10.0.0.7"))
     assert status == 303 and set(KeyedClient.made) == {None}
+
+
+async def _send(
+    app: Any, method: str, path: str, form: dict[str, str] | None = None, cookie: str = ""
+) -> tuple[int, str, dict[str, str]]:
+    """One request through the ASGI app, as uvicorn would make it: its status, body
+    and headers."""
+    sent: list[dict[str, Any]] = []
+    body = urlencode(form).encode() if form is not None else b""
+    headers = [(b"host", b"127.0.0.1:7401")]
+    if form is not None:
+        headers.append((b"content-type", b"application/x-www-form-urlencoded"))
+    if cookie:
+        headers.append((b"cookie", f"{COOKIE}={cookie}".encode()))
+    scope = {
+        "type": "http",
+        "asgi": {"version": "3.0"},
+        "http_version": "1.1",
+        "method": method,
+        "scheme": "http",
+        "path": path,
+        "raw_path": path.encode(),
+        "query_string": b"",
+        "root_path": "",
+        "headers": headers,
+        "client": ("127.0.0.1", 5000),
+        "server": ("127.0.0.1", 7401),
+    }
+    chunks = [{"type": "http.request", "body": body, "more_body": False}]
+
+    async def receive() -> dict[str, Any]:
+        return chunks.pop(0) if chunks else {"type": "http.disconnect"}
+
+    async def send(message: dict[str, Any]) -> None:
+        sent.append(message)
+
+    await app(scope, receive, send)
+    start = next(m for m in sent if m["type"] == "http.response.start")
+    out = b"".join(m.get("body", b"") for m in sent if m["type"] == "http.response.body")
+    return start["status"], out.decode(), {k.decode(): v.decode() for k, v in start["headers"]}
+
+
+class _Visitor:
+    """One browser's cookie, through the ASGI app."""
+
+    def __init__(self, app: Any) -> None:
+        self.app = app
+        self.sid = ""
+
+    async def go(
+        self, method: str, path: str, form: dict[str, str] | None = None
+    ) -> tuple[int, str, dict[str, str]]:
+        status, body, headers = await _send(self.app, method, path, form, self.sid)
+        found = re.search(COOKIE + r"=([^;]+)", headers.get("set-cookie", ""))
+        if found:
+            self.sid = found.group(1)
+        return status, body, headers
+
+    async def login(self, key: str) -> tuple[int, str]:
+        _, page, _ = await self.go("GET", "/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf, page[:300]
+        status, body, _ = await self.go("POST", "/login", {"csrf": csrf.group(1), "api_key": key})
+        return status, body
+
+
+class CheckedClient:
+    """A client whose check call (describe_namespace) raises `CheckedClient.raises`."""
+
+    raises: Exception | None = None
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        self.namespace = kwargs["namespace"]
+
+    async def describe_namespace(self, namespace: str) -> None:
+        if CheckedClient.raises is not None:
+            raise CheckedClient.raises
+
+    async def close(self) -> None:
+        pass
+
+
+def test_a_key_is_accepted_only_on_an_answer_about_it(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(service, "AsyncClient", CheckedClient)
+    app = create_app(UiConfig())
+    key = "weft.k_000000000000.secret"
+    ui = app.state.ui
+
+    async def scenario() -> None:
+        for accepted in (None, PermissionDeniedError("narrow"), NotFoundError("no such ns")):
+            CheckedClient.raises = accepted
+            visitor = _Visitor(app)
+            status, _ = await visitor.login(key)
+            assert status == 303, accepted
+            assert ui.sessions.get(visitor.sid).api_key == key
+        for refused, code in (
+            (UnauthenticatedError("unknown key"), "UNAUTHENTICATED"),
+            (UnavailableError("down"), "could not check the key: UNAVAILABLE: down"),
+            (InternalError("boom"), "could not check the key: INTERNAL: boom"),
+            (DeadlineExceededError("slow"), "could not check the key: DEADLINE_EXCEEDED: slow"),
+            (ResourceExhaustedError("busy"), "could not check the key: RESOURCE_EXHAUSTED"),
+        ):
+            CheckedClient.raises = refused
+            visitor = _Visitor(app)
+            status, body = await visitor.login(key)
+            assert status >= 400 and code in body, (refused, body[-500:])
+            assert ui.sessions.get(visitor.sid).api_key is None
+
+    asyncio.run(scenario())
+
+
+def test_one_key_holds_a_bounded_number_of_sessions() -> None:
+    store = SessionStore(idle_seconds=3600, max_sessions=10_000)
+    key = "weft.k_000000000000.secret"
+    mine = [store.login(store.new(), key, "k") for _ in range(MAX_PER_KEY + 5)]
+    other = store.login(store.new(), "weft.k_000000000001.other", "k1")
+    assert all(store.get(s.sid) is None for s in mine[:5])
+    assert all(store.get(s.sid) is s for s in mine[5:]) and store.get(other.sid) is other
