@@ -75,10 +75,13 @@ async def _sessions(
     # A page's own polling (htmx GETs) is not its person being there: it does not
     # keep a session from going idle.
     polling = request.method == "GET" and is_htmx(request)
-    session = ui.sessions.get(request.cookies.get(COOKIE), touch=not polling)
-    given = session.sid if session else None
+    cookie = request.cookies.get(COOKIE)
+    session = ui.sessions.get(cookie, touch=not polling)
     if session is None:
-        session = ui.sessions.new()
+        # An anonymous session pushed out (by anyone's cookie-less requests) comes
+        # back under its id, its CSRF token unchanged; a login does not.
+        session = ui.sessions.revive(cookie) or ui.sessions.new()
+    given = cookie if session.sid == cookie else None
     request.state.session = session
     request.state.leases = []
     try:

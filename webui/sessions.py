@@ -1,7 +1,9 @@
 """Sessions of the people using the UI, kept in this process's memory only.
 
 A session is a random id in a cookie (HttpOnly, SameSite=Strict, Secure under
-HTTPS). It holds the CSRF token its forms carry, the API key its person logged
+HTTPS). It holds the CSRF token its forms carry (derived from the id with a
+secret of this process, so an anonymous session pushed out and made again under
+the same cookie keeps its token), the API key its person logged
 in with (never sent back to the browser), and one message to show on the next
 page. Bounded: idle sessions are forgotten, and past their bound the least
 recently used go first. Anonymous sessions (anyone can make one with a request)
@@ -11,13 +13,17 @@ never pushes out a person who logged in.
 
 from __future__ import annotations
 
+import hashlib
 import hmac
+import re
 import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
 
 COOKIE = "weft_ui_session"
+_SID = re.compile(r"[A-Za-z0-9_-]{43}")
+"""What `secrets.token_urlsafe(32)` makes: a session id."""
 MAX_PER_KEY = 50
 """Logged-in sessions one key holds: logging in again past it ends its oldest, so
 one key logging in over and over cannot push out everyone else."""
@@ -27,6 +33,7 @@ one key logging in over and over cannot push out everyone else."""
 class Session:
     sid: str
     csrf: str
+    """HMAC-SHA256 of `sid` under the process's secret (`SessionStore.csrf_of`)."""
     api_key: str | None = None
     key_id: str = ""
     """The key's public id (`k_…`), shown as who is logged in."""
@@ -52,6 +59,7 @@ class SessionStore:
         self.max_anonymous = max_anonymous if max_anonymous is not None else max_sessions
         self._anonymous: OrderedDict[str, Session] = OrderedDict()
         self._logged_in: OrderedDict[str, Session] = OrderedDict()
+        self._secret = secrets.token_bytes(32)
 
     def get(self, sid: str | None, *, touch: bool = True) -> Session | None:
         """The live session of `sid`, or None. `touch=False` (a page's own polling):
@@ -74,8 +82,25 @@ class SessionStore:
 
     def new(self) -> Session:
         """An anonymous session."""
+        return self._anonymous_session(secrets.token_urlsafe(32))
+
+    def revive(self, sid: str | None) -> Session | None:
+        """An anonymous session under a cookie's well-formed id that no session holds
+        (any more: the anonymous bound pushed it out, or it went idle), so that a form
+        it was given still carries a valid token. Only ever anonymous: a login never
+        comes back from a cookie alone. None: no such id."""
+        if not sid or not _SID.fullmatch(sid) or self.get(sid, touch=False) is not None:
+            return None
+        return self._anonymous_session(sid)
+
+    def csrf_of(self, sid: str) -> str:
+        """The CSRF token of a session id: derived from it with this process's
+        secret, so it needs no stored session."""
+        return hmac.new(self._secret, sid.encode(), hashlib.sha256).hexdigest()
+
+    def _anonymous_session(self, sid: str) -> Session:
         self._expire(self._anonymous)
-        session = Session(sid=secrets.token_urlsafe(32), csrf=secrets.token_urlsafe(32))
+        session = Session(sid=sid, csrf=self.csrf_of(sid))
         self._anonymous[session.sid] = session
         while len(self._anonymous) > self.max_anonymous:
             self._anonymous.popitem(last=False)
@@ -93,9 +118,10 @@ class SessionStore:
         """A new id and CSRF token (the old id is worth nothing), holding the key."""
         self._drop(session.sid)
         self._expire(self._logged_in)
+        sid = secrets.token_urlsafe(32)
         fresh = Session(
-            sid=secrets.token_urlsafe(32),
-            csrf=secrets.token_urlsafe(32),
+            sid=sid,
+            csrf=self.csrf_of(sid),
             api_key=api_key,
             key_id=key_id,
             flash=session.flash,

@@ -362,3 +362,39 @@ def test_one_key_holds_a_bounded_number_of_sessions() -> None:
     other = store.login(store.new(), "weft.k_000000000001.other", "k1")
     assert all(store.get(s.sid) is None for s in mine[:5])
     assert all(store.get(s.sid) is s for s in mine[5:]) and store.get(other.sid) is other
+
+
+def test_a_login_form_outlives_its_anonymous_session(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Cookie-less requests fill the anonymous bound between GET and POST /login:
+    the session is pushed out, yet its form's token is still good."""
+    monkeypatch.setattr(service, "AsyncClient", CheckedClient)
+    CheckedClient.raises = None
+    app = create_app(UiConfig(max_anonymous_sessions=5))
+    ui = app.state.ui
+    key = "weft.k_000000000000.secret"
+
+    async def scenario() -> None:
+        visitor = _Visitor(app)
+        _, page, _ = await visitor.go("GET", "/login")
+        csrf = re.search(r'name="csrf" value="([^"]+)"', page)
+        assert csrf
+        for _ in range(20):
+            await _send(app, "GET", "/login")
+        assert ui.sessions.get(visitor.sid, touch=False) is None  # pushed out
+        status, _, _ = await visitor.go("POST", "/login", {"csrf": csrf.group(1), "api_key": key})
+        assert status == 303 and ui.sessions.get(visitor.sid).api_key == key
+        # A well-formed id nobody was given comes back anonymous, never logged in;
+        # a malformed one is replaced.
+        assert ui.sessions.revive("A" * 43).api_key is None
+        assert ui.sessions.revive("not an id") is None
+
+    asyncio.run(scenario())
+
+
+def test_a_logged_in_session_never_comes_back_from_its_cookie() -> None:
+    store = SessionStore(idle_seconds=3600, max_sessions=1)
+    first = store.login(store.new(), "weft.k_000000000000.secret", "k")
+    store.login(store.new(), "weft.k_000000000001.other", "k1")  # pushes `first` out
+    assert store.get(first.sid) is None
+    back = store.revive(first.sid)
+    assert back is not None and back.api_key is None and back.csrf == first.csrf
