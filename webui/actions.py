@@ -199,13 +199,20 @@ def _finite(text: str) -> float:
 
 def parse_input(text: str) -> Any:
     """JSON the service will take: no NaN or Infinity, no number that overflows,
-    no deeper than `MAX_DEPTH`. ValueError (JSONDecodeError for bad syntax) says why."""
+    no deeper than `MAX_DEPTH`, no lone surrogate. ValueError (JSONDecodeError for
+    bad syntax) says why."""
     try:
         value = json.loads(text, parse_constant=_constant, parse_float=_finite)
     except RecursionError:
         raise ValueError(f"it nests deeper than {MAX_DEPTH} levels") from None
     if _depth(value) > MAX_DEPTH:
         raise ValueError(f"it nests deeper than {MAX_DEPTH} levels")
+    try:  # a lone surrogate (`"\ud800"`) is valid JSON but no UTF-8 can carry it
+        json.dumps(value, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        raise ValueError(
+            "it holds a lone surrogate (\\ud800-\\udfff), which is no character"
+        ) from None
     return value
 
 

@@ -48,7 +48,10 @@ def _same_origin(request: Request) -> bool:
         referer = request.headers.get("referer")
         if referer is None:
             return True
-        parts = urlsplit(referer)
+        try:
+            parts = urlsplit(referer)
+        except ValueError:  # `http://[::1`: no origin at all, so not this one
+            return False
         origin = f"{parts.scheme}://{parts.netloc}"
     own = f"{request.url.scheme}://{request.headers.get('host', '')}"
     return origin.lower() == own.lower()

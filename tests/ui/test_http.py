@@ -98,7 +98,11 @@ def test_a_cross_origin_post_is_refused_and_nothing_is_sent(plain: PlainStack) -
     page = run_path(workflow_id, run_id)
     form = {"csrf": visitor.csrf(page), "name": "go", "input": "{}", "confirmed": "yes"}
     before = types_of(plain, workflow_id)
-    for header in ({"Origin": "http://evil.example"}, {"Referer": "http://evil.example/x"}):
+    for header in (
+        {"Origin": "http://evil.example"},
+        {"Referer": "http://evil.example/x"},
+        {"Referer": "http://[::1"},  # unparseable: not this site (not a 500)
+    ):
         status, body = visitor.post(page + "/actions/signal", form, **header)
         assert status == 403 and "not sent from this site" in body
     assert types_of(plain, workflow_id) == before
@@ -174,6 +178,8 @@ def test_malformed_input_is_answered_not_a_traceback(plain: PlainStack) -> None:
         ('{"x": Infinity}', "Infinity is not a JSON value"),
         ("-Infinity", "Infinity is not a JSON value"),
         ('{"x": 1e400}', "too large"),
+        ('"\\ud800"', "lone surrogate"),
+        ('{"k\\udfff": 1}', "lone surrogate"),
     ):
         status, body = visitor.post(
             page + "/actions/signal", {"csrf": csrf, "name": "go", "input": bad, "confirmed": "yes"}
