@@ -48,8 +48,9 @@ _FILE = click.Path(exists=True, dir_okay=False)
     "allowed_hosts",
     multiple=True,
     metavar="NAME",
-    help="a host name the UI is reached by (besides --listen's host and loopback);"
-    " repeatable, `*.example.com` for a domain's",
+    help="a host name the UI is reached by (besides --listen's host and loopback; a :port"
+    " is dropped); repeatable, `*.example.com` for a domain's (`*` alone is refused: it"
+    " would turn off the DNS-rebinding check)",
 )
 @click.option(
     "--log-level",
@@ -93,6 +94,13 @@ def ui(
         fail("ui", refusal, EXIT_USAGE)
     for waiver in config.waivers():
         click.echo(f"weft ui: warning: {waiver}", err=True)
+    if config.listens_everywhere and not allowed_hosts:
+        click.echo(
+            f"weft ui: note: listening on {listen}, but requests from other machines must"
+            " name an allowed host (--allowed-host NAME): only localhost, 127.0.0.1 and"
+            " [::1] are answered now",
+            err=True,
+        )
     host, _, port = listen.rpartition(":")
     scheme = "https" if config.https else "http"
     click.echo(f"weft ui: serving {scheme}://{listen} for the server at {address}", err=True)

@@ -56,15 +56,24 @@ class UiConfig:
     def hosts(self) -> list[str]:
         """The Host names (no port) a request may carry."""
         host = self.listen.rpartition(":")[0].lower()
-        names = {"localhost", "127.0.0.1", "[::1]", *(h.lower() for h in self.allowed_hosts)}
+        names = {"localhost", "127.0.0.1", "[::1]", *(host_name(h) for h in self.allowed_hosts)}
         if host not in ("", "0.0.0.0", "[::]"):
             names.add(host)
         return sorted(names)
+
+    @property
+    def listens_everywhere(self) -> bool:
+        return self.listen.rpartition(":")[0] in ("", "0.0.0.0", "[::]")
 
     def refusal(self) -> str | None:
         """Why this configuration must not start (secure by default), or None."""
         if bool(self.https_cert) != bool(self.https_key):
             return "--https-cert and --https-key go together; give both"
+        if any(host_name(h) in ("*", "") for h in self.allowed_hosts):
+            return (
+                "--allowed-host '*' (or an empty name) would answer any Host, which turns off"
+                " the DNS-rebinding check; name the hosts the UI is reached by"
+            )
         if not self.exposed:
             return None
         if self.api_key:
@@ -93,6 +102,17 @@ class UiConfig:
             " anyone reaching the UI acts through it"
         )
         return lines
+
+
+def host_name(value: str) -> str:
+    """An --allowed-host value as a Host name to match: lower case, without a
+    `:port` (`ui.example:8443` → `ui.example`, `[::1]:7401` → `[::1]`)."""
+    value = value.strip().lower()
+    if value.startswith("[") and "]" in value:
+        return value[: value.index("]") + 1]
+    if value.count(":") == 1:
+        return value.partition(":")[0]
+    return value
 
 
 async def server_refusal(config: UiConfig) -> str | None:

@@ -37,6 +37,12 @@ def test_a_non_loopback_listen_needs_https_or_insecure() -> None:
     assert half.returncode == 2 and "--https-key" in half.stderr
 
 
+def test_allowed_host_star_is_refused() -> None:
+    refused = weft_ui("--allowed-host", "*")
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1
+    assert "DNS-rebinding" in refused.stderr
+
+
 def test_an_unreachable_server_is_said_on_the_page(tmp_path: Path) -> None:
     ui = UiProcess(f"127.0.0.1:{free_port()}", tmp_path).start()
     try:
@@ -152,3 +158,29 @@ def test_off_loopback_the_server_must_ask_for_credentials(tmp_path: Path) -> Non
     # No server to ask: refused too (it cannot be known to be safe).
     gone = weft_ui("--address", server.address, "--listen", f"0.0.0.0:{free_port()}", *https)
     assert gone.returncode == 2 and "could not be asked" in gone.stderr
+
+
+def test_insecure_and_listening_everywhere_are_said_at_start() -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
+    proc = subprocess.Popen(
+        [str(WEFT), "ui", "--listen", f"0.0.0.0:{free_port()}", "--insecure"],
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.PIPE,
+        text=True,
+        env=env,
+    )
+    try:
+        assert proc.stderr is not None
+        lines = []
+        for line in proc.stderr:
+            lines.append(line)
+            if line.startswith("weft ui: serving"):
+                break
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=10)
+    warnings = [line for line in lines if "warning: --insecure" in line]
+    assert len(warnings) == 2, lines
+    assert "plain HTTP" in warnings[0] and "credentials" in warnings[1]
+    assert any("must name an allowed host" in line for line in lines), lines

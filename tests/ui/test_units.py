@@ -195,6 +195,11 @@ def test_the_hosts_a_request_may_name() -> None:
         "ui.example",
     ]
     assert "0.0.0.0" not in UiConfig(listen="0.0.0.0:7401").hosts()
+    # A :port given with a name is dropped (a Host is matched without its port).
+    ported = UiConfig(allowed_hosts=("UI.example:8443", "[::2]:7401", "*.example.com"))
+    assert {"ui.example", "[::2]", "*.example.com"} <= set(ported.hosts())
+    for every in ("*", "*:80", " "):
+        assert "DNS-rebinding" in (UiConfig(allowed_hosts=(every,)).refusal() or "")
 
 
 class KeyedClient:
