@@ -3,9 +3,12 @@ errors become pages."""
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
+import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any
 from urllib.parse import quote, urlencode, urlsplit
 
 from starlette.applications import Starlette
@@ -160,6 +163,27 @@ async def _weft_error(request: Request, exc: Exception) -> Response:
     return _failure(request, status_name(exc), exc.message, http_status(exc))
 
 
+def _bounded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[..., Any]:
+    """`endpoint` with its work (its calls to the service) bounded by the
+    configured `rpc_timeout`: past it, a one-line 504 page."""
+
+    @functools.wraps(endpoint)
+    async def bounded(request: Request) -> Response:
+        limit = ui_of(request).config.rpc_timeout.total_seconds()
+        try:
+            async with asyncio.timeout(limit):
+                return await endpoint(request)
+        except TimeoutError:
+            return _failure(
+                request,
+                "DEADLINE_EXCEEDED",
+                f"the service did not answer within {limit:g} s",
+                504,
+            )
+
+    return bounded
+
+
 async def _index(request: Request) -> Response:
     ns = ui_of(request).config.namespace
     return RedirectResponse(f"/namespaces/{quote(ns, safe='')}/runs", status_code=303)
@@ -197,6 +221,10 @@ def create_app(config: UiConfig) -> Starlette:
         Route("/namespaces/{ns}/locks/release", actions.release_lock, methods=["POST"]),
         Route("/namespaces/{ns}/task-lists", cluster.task_lists_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
+    ]
+    routes = [
+        Route(r.path, _bounded(r.endpoint), methods=r.methods) if isinstance(r, Route) else r
+        for r in routes
     ]
     app = Starlette(
         routes=routes,

@@ -44,6 +44,7 @@ class UiConfig:
     history_cache_run_bytes: int = 64 * 1024 * 1024
     """...a history bigger than this is not kept at all."""
     rpc_timeout: timedelta = timedelta(seconds=10)
+    """How long a page's work (its calls to the service) may take: past it, a 504."""
 
     @property
     def https(self) -> bool:

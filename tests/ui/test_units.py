@@ -186,6 +186,19 @@ def test_an_unexpected_failure_is_a_one_line_page(
     assert status == 200 and body.strip().startswith('<div class="error"')
 
 
+def test_a_page_whose_service_does_not_answer_is_a_504(monkeypatch: pytest.MonkeyPatch) -> None:
+    from webui import runs
+
+    async def stuck(*args: Any, **kwargs: Any) -> Any:
+        await asyncio.sleep(30)
+
+    monkeypatch.setattr(runs, "fetch_runs", stuck)
+    app = create_app(UiConfig(rpc_timeout=timedelta(milliseconds=50)))
+    status, body = asyncio.run(_call(app, "/namespaces/default/runs"))
+    assert status == 504 and "the service did not answer within 0.05 s" in body
+    assert all(le.users == 0 for le in app.state.ui.clients._clients.values())  # released
+
+
 def test_the_hosts_a_request_may_name() -> None:
     assert UiConfig(listen="10.0.0.5:7401", allowed_hosts=("ui.example",)).hosts() == [
         "10.0.0.5",
