@@ -383,14 +383,16 @@ class WorkflowService(TaskService, TaskListsApi, WorkerSessionsApi, sg.WorkflowS
         return s.RegisterActivityTypeResponse()
 
 
+_STATUS_NAMES: dict[int, str] = {number: name for name, number in STATUS_VALUES.items()}
+
+
 def _status_name(value: int) -> str:
     """The store's name of one exact status, "" for none."""
     if value == c.WORKFLOW_STATUS_UNSPECIFIED:
         return ""
-    for name, number in STATUS_VALUES.items():
-        if number == value:
-            return name
-    raise InvalidArgument(f"status {value} is not a workflow status")
+    if value not in _STATUS_NAMES:
+        raise InvalidArgument(f"status {value} is not a workflow status")
+    return _STATUS_NAMES[value]
 
 
 def _optional_time(msg: Message, field: str) -> datetime | None:
