@@ -13,7 +13,6 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import UTC, date, datetime, timedelta
-from typing import Any
 
 from markupsafe import Markup, escape
 
@@ -570,9 +569,3 @@ def _within(
         begin = end - span
     begin = max(begin, start)
     return begin, begin + span
-
-
-def as_utc(value: Any) -> datetime:
-    """A window bound from a query parameter (ISO 8601; naive means UTC)."""
-    moment = value if isinstance(value, datetime) else datetime.fromisoformat(str(value))
-    return moment if moment.tzinfo is not None else moment.replace(tzinfo=UTC)
