@@ -16,7 +16,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from . import external
 from .context import ChildType, DecisionContext
-from .start import StartCommand, start_workflow
+from .start import StartCommand, opened_run
 from .state import ChildState, RunKey, RunState
 from .transition import OutboundSignal, Transition
 
@@ -82,9 +82,7 @@ def start_child(
         parent_run_id=s.run_id,
         parent_started_id=started.event_id,
     )
-    child = Transition(RunState.blank(RunKey(s.namespace, a.workflow_id, run_id)), t.now)
-    start_workflow(child, cmd)
-    t.new_runs.append(child.finish())
+    t.new_runs.append(opened_run(RunKey(s.namespace, a.workflow_id, run_id), t.now, cmd))
 
 
 def _seconds(msg: d.StartChildWorkflowDecision, name: str) -> float | None:

@@ -19,7 +19,7 @@ from .context import ActivityDefaults, DecisionContext
 from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .events import RETENTION_MARKER, retention_text
 from .limits import Limits
-from .start import StartCommand, start_workflow
+from .start import StartCommand, opened_run
 from .state import RunKey, RunState
 from .tokens import TaskToken, check_open
 from .transition import Transition, duration
@@ -458,11 +458,7 @@ def _continue_as_new(
             retention_hash=retention_hash,
         )
     )
-    successor = Transition(
-        RunState.blank(RunKey(s.namespace, s.workflow_id, ctx.new_run_id)), t.now
-    )
-    start_workflow(successor, cmd)
-    t.new_runs.append(successor.finish())
+    t.new_runs.append(opened_run(RunKey(s.namespace, s.workflow_id, ctx.new_run_id), t.now, cmd))
 
 
 def _carried_locks(s: RunState, names: Sequence[str]) -> tuple[h.CarriedLock, ...] | None:

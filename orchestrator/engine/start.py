@@ -3,11 +3,13 @@
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from datetime import datetime
 
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
-from .transition import Transition, duration
+from .state import RunKey, RunState
+from .transition import Transition, apply, duration
 
 # The version a workflow type has when it names none: a step definition without
 # `version:` (STEPS.md), and the one a start naming no version falls back to.
@@ -60,3 +62,11 @@ def start_workflow(t: Transition, cmd: StartCommand) -> None:
         attrs.input.CopyFrom(cmd.input)
     t.emit(attrs)
     t.wake_decider()
+
+
+def opened_run(key: RunKey, now: datetime, cmd: StartCommand) -> Transition:
+    """The transition that opens a run besides the one a command acts on (a child,
+    the run a continue-as-new goes on in): the store writes it with that command."""
+    t = Transition(RunState.blank(key), now)
+    apply(t, lambda new: start_workflow(new, cmd))
+    return t

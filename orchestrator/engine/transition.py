@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypeVar
 
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
@@ -17,6 +18,8 @@ from . import caller
 from .events import TRIGGERS, evolve, make_event
 from .limits import Limits
 from .state import RunState
+
+T = TypeVar("T")
 
 
 def duration(seconds: float) -> Duration:
@@ -92,3 +95,16 @@ class Transition:
             )
         self._wake_decider = False
         return self
+
+
+def apply(t: Transition, command: Callable[[Transition], T]) -> T:
+    """Run one command in `t`: the one way every command is applied, by the store
+    and by the engine tests alike. The command appends its events, then `finish`
+    schedules the decider if an event called for it and none is outstanding.
+
+    The caller makes `t` (a fresh `Transition(state, now)`) so that it keeps the
+    transition even when the command is refused: the store drops the changed
+    state then, and a test checks that nothing was appended."""
+    result = command(t)
+    t.finish()
+    return result

@@ -29,7 +29,7 @@ from orchestrator.engine import locks as lock_rules
 from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound, ResourceExhausted
 from orchestrator.engine.events import CHILD_CLOSES, CLOSE_EVENTS
 from orchestrator.engine.state import ChildState, RunKey, RunState
-from orchestrator.engine.transition import OutboundSignal, Transition
+from orchestrator.engine.transition import OutboundSignal, Transition, apply
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, purge
@@ -231,8 +231,7 @@ class LockedWrites(StoreBase):
         before_locks = derived.lock_claims(state)
         was_open, before_children = state.is_open, list(state.children.values())
         t = Transition(state, utcnow())
-        result = fn(t)
-        t.finish()
+        result = apply(t, fn)
         if t.events or t.state_changed or is_new:
             await self._persist(conn, t, before_tasks, before_deadlines, is_new, committed)
             carried = await self._carry_locks(conn, t, before_locks)

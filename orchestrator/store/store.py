@@ -32,7 +32,7 @@ from orchestrator.engine.errors import (
     NotFound,
 )
 from orchestrator.engine.state import RunKey, RunState
-from orchestrator.engine.transition import Transition
+from orchestrator.engine.transition import Transition, apply
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, migrate
@@ -189,8 +189,7 @@ class Store(LockedWrites, UpkeepWrites):
         before = Before.of(entry.state)
         t = Transition(entry.state, utcnow())
         try:
-            result = fn(t)
-            t.finish()
+            result = apply(t, fn)
         except EngineError:
             self.cache.evict(run_id)  # the command may have left the state half changed
             if cached:
@@ -276,8 +275,7 @@ class Store(LockedWrites, UpkeepWrites):
             state = RunState.blank(RunKey(namespace, workflow_id, new_run_id))
             before = Before.of(state)
             t = Transition(state, utcnow())
-            result = fn(t)
-            t.finish()
+            result = apply(t, fn)
             settle: Settle | None = None
             try:
                 settle = self._hand_off(t, before)

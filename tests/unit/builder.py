@@ -1,8 +1,8 @@
 """A small fluent history builder for pure engine tests (no database, no server).
 
-`Run` drives one workflow run through engine commands exactly the way
-`orchestrator/store/store.py` `_apply` does: a new `Transition(state, now)` per
-command, the command, then `t.finish()`. The clock is a fixed, tz-aware UTC
+`Run` drives one workflow run through engine commands the way the store does:
+a new `Transition(state, now)` per command, run by the engine's one entry
+point, `transition.apply`. The clock is a fixed, tz-aware UTC
 datetime that only moves when a test advances it.
 
 Each command runs on a copy of the state and the copy is adopted only if the
@@ -31,7 +31,7 @@ from orchestrator.engine.start import StartCommand, start_workflow
 from orchestrator.engine.state import ActivityState, RunKey, RunState
 from orchestrator.engine.timeouts import fire_deadline
 from orchestrator.engine.tokens import TaskToken
-from orchestrator.engine.transition import Transition, duration
+from orchestrator.engine.transition import Transition, apply, duration
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
@@ -140,12 +140,11 @@ class Run:
         self.armed: dict[tuple[str, int], float] = {}
         """Every deadline ever armed, with the due time it was first armed with."""
 
-    # the one way a command runs (store._apply)
+    # the one way a command runs (engine.transition.apply, as in the store)
     def apply(self, fn: Callable[[Transition], T]) -> T:
         t = Transition(copy.deepcopy(self.state), self.now)
         self.last = t
-        result = fn(t)
-        t.finish()
+        result = apply(t, fn)
         self.state = t.state
         self.history.extend(t.events)
         self.new_runs.extend(t.new_runs)
