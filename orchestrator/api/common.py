@@ -16,8 +16,8 @@ from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
 from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
+from orchestrator.engine.defaults import RegisteredWorkflowType, chosen_type, type_candidates
 from orchestrator.engine.limits import Defaults, Limits
-from orchestrator.engine.start import DEFAULT_VERSION
 from orchestrator.metrics import Metrics
 from orchestrator.store.store import RunRow, Store
 from sdk.api.weft.v1 import common_pb2 as c
@@ -123,21 +123,13 @@ class ServiceBase:
     def draining(self, value: bool) -> None:
         self.polls.draining = value
 
-    async def _registered_type(
-        self, ns: str, name: str, version: str
-    ) -> tuple[str, dict[str, Any]]:
-        """(version, registered defaults) of the type a start names.
-
-        An empty version is the type registered without one; failing that, the
-        one registered as DEFAULT_VERSION ("1"), the version a step definition has
-        when it names none, so `weft start NAME` reaches a registered definition.
-        """
-        candidates = [(name, version)] if version else [(name, ""), (name, DEFAULT_VERSION)]
-        found = await self._store.registered_types("workflow", ns, candidates)
-        for key in candidates:
-            if key in found:
-                return key[1], found[key]
-        return version, {}
+    async def _registered_type(self, ns: str, name: str, version: str) -> RegisteredWorkflowType:
+        """The registration a start (or a child) naming (name, version) means
+        (`engine.defaults.type_candidates`); an empty one, with the version named,
+        when the type is not registered."""
+        candidates = type_candidates(name, version)
+        found = await self._store.registered_workflow_types(ns, candidates)
+        return chosen_type(found, name, version)
 
     async def _history_page(
         self, run_id: str, first_id: int, last_id: int, size: int, wait_new: bool

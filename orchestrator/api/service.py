@@ -14,6 +14,7 @@ from google.protobuf.message import Message
 
 from orchestrator.engine import activity as activities
 from orchestrator.engine import external
+from orchestrator.engine.defaults import start_settings
 from orchestrator.engine.errors import FailedPrecondition, InvalidArgument
 from orchestrator.engine.start import StartCommand, start_workflow
 from orchestrator.engine.transition import Transition, duration
@@ -52,29 +53,24 @@ class WorkflowService(TaskService, TaskListsApi, WorkerSessionsApi, sg.WorkflowS
         validate.workflow_id("workflow_id", req.workflow_id, self._settings.limits)
         wtype = req.workflow_type
         validate.name("workflow_type.name", wtype.name)
-        version, registered = await self._registered_type(ns, wtype.name, wtype.version)
-        task_list = req.task_list or registered.get("default_task_list") or ""
-        if not task_list:
-            raise InvalidArgument(
-                "task_list is required (the workflow type has no registered default)"
-            )
-        validate.name("task_list", task_list)
-        defaults = self._settings.defaults
-        execution = validate.optional_seconds(req, "execution_timeout")
-        decider = validate.optional_seconds(req, "decider_timeout")
+        registered = await self._registered_type(ns, wtype.name, wtype.version)
+        settings = start_settings(
+            registered,
+            self._settings.defaults,
+            task_list=req.task_list,
+            execution_timeout=validate.optional_seconds(req, "execution_timeout"),
+            decider_timeout=validate.optional_seconds(req, "decider_timeout"),
+        )
+        validate.name("task_list", settings.task_list)
         return StartCommand(
             type_name=wtype.name,
-            type_version=version,
-            task_list=task_list,
+            type_version=registered.version,
+            task_list=settings.task_list,
             input=optional_payload(req, "input"),
-            execution_timeout=execution
-            or registered.get("default_execution_timeout")
-            or defaults.execution_timeout,
-            decider_timeout=decider
-            or registered.get("default_decider_timeout")
-            or defaults.decider_timeout,
+            execution_timeout=settings.execution_timeout,
+            decider_timeout=settings.decider_timeout,
             identity=req.identity,
-            definition=registered.get("definition") or "",
+            definition=registered.definition,
         )
 
     @grpc_errors

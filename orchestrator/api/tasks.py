@@ -13,12 +13,13 @@ import structlog
 
 from orchestrator.engine import activity as activities
 from orchestrator.engine import caller, external
-from orchestrator.engine.context import ActivityDefaults, ChildType, DecisionContext
+from orchestrator.engine.context import DecisionContext
 from orchestrator.engine.decisions import (
     complete_decision_task,
     fail_decision_task,
     start_decision_task,
 )
+from orchestrator.engine.defaults import RegisteredWorkflowType
 from orchestrator.engine.derived import ACTIVITY, DECISION
 from orchestrator.engine.errors import InvalidArgument, NotFound
 from orchestrator.engine.state import RunKey
@@ -85,7 +86,6 @@ class ActivityStart:
 
 
 R = TypeVar("R")
-SUGGEST_CONTINUE = 0.9  # of the event limit: leaves room to finish the current step
 
 
 class TaskService(ServiceBase):
@@ -123,7 +123,6 @@ class TaskService(ServiceBase):
         self.metrics.tasks_claimed.labels(DECISION).inc()
         run, started_id = got.key, got.started_id
         self.sessions.started(session, run.run_id)
-        limit = self._settings.limits.events_per_run
         token = TaskToken(run, DECISION, got.scheduled_id, started_id, got.attempt, req.task_list)
         # A decider whose cache holds the run up to its previous task gets only
         # what came since; any other gets the whole history, in pages.
@@ -146,7 +145,7 @@ class TaskService(ServiceBase):
             next_page_token=page.next_page_token,
             started_event_id=started_id,
             previous_started_event_id=got.previous_started_id,
-            continue_as_new_suggested=started_id >= SUGGEST_CONTINUE * limit,
+            continue_as_new_suggested=self._settings.limits.suggests_continue_as_new(started_id),
             attempt=got.attempt,
             first_event_id=first,
         )
@@ -181,20 +180,10 @@ class TaskService(ServiceBase):
         decoded = self._tokens.decode(req.task_token, DECISION)
         run = decoded.key
         namespace = run.namespace
-        registered = await self._store.registered_types("activity", namespace, wanted)
         context = DecisionContext(
             limits=self._settings.limits,
             defaults=self._settings.defaults,
-            activity_defaults={
-                k: ActivityDefaults(
-                    task_list=v["default_task_list"],
-                    schedule_to_start=v["default_schedule_to_start"],
-                    start_to_close=v["default_start_to_close"],
-                    schedule_to_close=v["default_schedule_to_close"],
-                    heartbeat=v["default_heartbeat"],
-                )
-                for k, v in registered.items()
-            },
+            activity_types=await self._store.registered_activity_types(namespace, wanted),
             new_run_id=str(uuid.uuid4()),
             new_run_definition=await self._successor_definition(run, req.decisions),
             **await self._family_context(namespace, req.decisions),
@@ -220,17 +209,12 @@ class TaskService(ServiceBase):
         ]
         if not starts and not signals:
             return {}
-        child_types: dict[tuple[str, str], ChildType] = {}
+        child_types: dict[tuple[str, str], RegisteredWorkflowType] = {}
         open_workflows: set[str] = set()
         for child in starts:
             wtype = child.workflow_type
-            version, reg = await self._registered_type(ns, wtype.name, wtype.version)
-            child_types[(wtype.name, wtype.version)] = ChildType(
-                version=version,
-                task_list=reg.get("default_task_list") or "",
-                execution_timeout=reg.get("default_execution_timeout"),
-                decider_timeout=reg.get("default_decider_timeout"),
-                definition=reg.get("definition") or "",
+            child_types[(wtype.name, wtype.version)] = await self._registered_type(
+                ns, wtype.name, wtype.version
             )
             if await self._open_run(ns, child.workflow_id) is not None:
                 open_workflows.add(child.workflow_id)
@@ -273,8 +257,9 @@ class TaskService(ServiceBase):
         if not name:
             state = await self._store.load_state(run.run_id)
             name, version = state.type_name, state.type_version
-        found = await self._store.registered_types("workflow", run.namespace, [(name, version)])
-        return str(found.get((name, version), {}).get("definition") or "")
+        found = await self._store.registered_workflow_types(run.namespace, [(name, version)])
+        registered = found.get((name, version))
+        return registered.definition if registered is not None else ""
 
     @grpc_errors
     async def RespondDecisionTaskFailed(

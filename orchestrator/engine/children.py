@@ -10,12 +10,16 @@ child) the store applies to those runs in the same transaction.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
+
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import external
-from .context import ChildType, DecisionContext
+from .context import DecisionContext
+from .defaults import RegisteredWorkflowType, start_settings
+from .events import CHILD_CLOSES
 from .start import StartCommand, opened_run
 from .state import ChildState, RunKey, RunState
 from .transition import OutboundSignal, Transition
@@ -48,34 +52,36 @@ def start_child(
         )
         return
     name = a.workflow_type.name
-    registered = ctx.child_types.get((name, a.workflow_type.version), ChildType())
+    registered = ctx.child_types.get((name, a.workflow_type.version), RegisteredWorkflowType())
     version = a.workflow_type.version or registered.version
-    task_list = a.task_list or registered.task_list or s.task_list
+    settings = start_settings(
+        registered,
+        ctx.defaults,
+        task_list=a.task_list,
+        execution_timeout=_seconds(a, "execution_timeout"),
+        decider_timeout=_seconds(a, "decider_timeout"),
+        inherited_task_list=s.task_list,
+    )
     run_id = ctx.child_run_ids[a.workflow_id]
     policy = POLICIES.get(a.parent_close_policy, "terminate")
     attrs = h.ChildWorkflowStartedAttributes(
         workflow_id=a.workflow_id,
         run_id=run_id,
         workflow_type=c.WorkflowType(name=name, version=version),
-        task_list=task_list,
+        task_list=settings.task_list,
         parent_close_policy=policy,
         decider_completed_event_id=completed,
     )
     if a.HasField("input"):
         attrs.input.CopyFrom(a.input)
     started = t.emit(attrs)
-    defaults = ctx.defaults
     cmd = StartCommand(
         type_name=name,
         type_version=version,
-        task_list=task_list,
+        task_list=settings.task_list,
         input=a.input if a.HasField("input") else None,
-        execution_timeout=_seconds(a, "execution_timeout")
-        or registered.execution_timeout
-        or defaults.execution_timeout,
-        decider_timeout=_seconds(a, "decider_timeout")
-        or registered.decider_timeout
-        or defaults.decider_timeout,
+        execution_timeout=settings.execution_timeout,
+        decider_timeout=settings.decider_timeout,
         identity=f"parent:{s.workflow_id}",
         definition=registered.definition,
         parent_workflow_id=s.workflow_id,
@@ -178,6 +184,25 @@ def report_child_close(t: Transition, child: RunState, close: h.HistoryEvent) ->
         )
     else:
         raise AssertionError(f"{kind} is not a close a parent hears of")
+
+
+def children_to_close(
+    before: Iterable[ChildState], events: Sequence[h.HistoryEvent]
+) -> list[ChildState]:
+    """The children a parent's close acts on: those open as it closed (open before
+    the closing transition, or started by it, less those whose close it heard of),
+    except those their policy abandons. The closing event drops the parent's
+    children from its state, hence `before`."""
+    links = {link.workflow_id: link for link in before}
+    for e in events:
+        if e.type == "ChildWorkflowStarted":
+            a = e.child_workflow_started
+            links[a.workflow_id] = ChildState(
+                a.workflow_id, a.run_id, e.event_id, a.parent_close_policy
+            )
+        elif e.type in CHILD_CLOSES:
+            links.pop(getattr(e, e.WhichOneof("attributes") or "").workflow_id, None)
+    return [link for link in links.values() if link.parent_close_policy != "abandon"]
 
 
 def apply_parent_close(t: Transition, parent: RunState, link: ChildState) -> None:

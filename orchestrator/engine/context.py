@@ -8,42 +8,22 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
+from .defaults import RegisteredActivityType, RegisteredWorkflowType
 from .limits import Defaults, Limits
-
-
-@dataclass(frozen=True)
-class ChildType:
-    """What a child start takes from its type's registration (read by the caller)."""
-
-    version: str = ""
-    task_list: str = ""
-    execution_timeout: float | None = None
-    decider_timeout: float | None = None
-    definition: str = ""
-
-
-@dataclass(frozen=True)
-class ActivityDefaults:
-    """Defaults of a registered activity type (seconds; None: not set)."""
-
-    task_list: str = ""
-    schedule_to_start: float | None = None
-    start_to_close: float | None = None
-    schedule_to_close: float | None = None
-    heartbeat: float | None = None
 
 
 @dataclass(frozen=True)
 class DecisionContext:
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)
-    activity_defaults: Mapping[tuple[str, str], ActivityDefaults] = field(default_factory=dict)
+    activity_types: Mapping[tuple[str, str], RegisteredActivityType] = field(default_factory=dict)
+    """Registrations of the activity types ScheduleActivity decisions name."""
     new_run_id: str = ""
     """The run id a ContinueAsNew decision opens (chosen by the caller: the engine has no I/O)."""
     new_run_definition: str = ""
     """The registered definition of the type a ContinueAsNew decision continues as
     (read by the caller), snapshotted into the new run like a start's."""
-    child_types: Mapping[tuple[str, str], ChildType] = field(default_factory=dict)
+    child_types: Mapping[tuple[str, str], RegisteredWorkflowType] = field(default_factory=dict)
     """Registrations of the types StartChildWorkflow decisions name."""
     child_run_ids: Mapping[str, str] = field(default_factory=dict)
     """A new run id for each workflow id a StartChildWorkflow decision names."""

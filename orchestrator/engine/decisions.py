@@ -15,7 +15,8 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from . import children, locks, retention
 from . import decider_attempts as attempts
-from .context import ActivityDefaults, DecisionContext
+from .context import DecisionContext
+from .defaults import RegisteredActivityType, first_given
 from .errors import InvalidArgument, NotFound, ResourceExhausted
 from .events import RETENTION_MARKER, retention_text
 from .limits import Limits
@@ -243,26 +244,29 @@ def _schedule_activity(
             )
         )
         return
-    registered = ctx.activity_defaults.get(
-        (a.activity_type.name, a.activity_type.version), ActivityDefaults()
+    registered = ctx.activity_types.get(
+        (a.activity_type.name, a.activity_type.version), RegisteredActivityType()
     )
     attrs = h.ActivityScheduledAttributes(
         activity_id=a.activity_id,
         activity_type=a.activity_type,
-        task_list=a.task_list or registered.task_list or s.task_list,
+        task_list=first_given(a.task_list, registered.task_list, s.task_list),
         decider_completed_event_id=completed,
     )
     if a.HasField("input"):
         attrs.input.CopyFrom(a.input)
     for name in _TIMEOUT_FIELDS:
         proto_field = f"{name}_timeout"
-        value: float | None = getattr(registered, name)
-        if name == "start_to_close" and value is None:
-            value = ctx.defaults.activity_start_to_close
-        if a.HasField(proto_field):  # type: ignore[arg-type]
-            getattr(attrs, proto_field).CopyFrom(getattr(a, proto_field))
-        elif value is not None:
-            getattr(attrs, proto_field).CopyFrom(duration(value))
+        requested = getattr(a, proto_field) if a.HasField(proto_field) else None  # type: ignore[arg-type]
+        registered_value: float | None = getattr(registered, name)
+        server = ctx.defaults.activity_start_to_close if name == "start_to_close" else None
+        value = first_given(
+            requested,
+            duration(registered_value) if registered_value is not None else None,
+            duration(server) if server is not None else None,
+        )
+        if value is not None:
+            getattr(attrs, proto_field).CopyFrom(value)
     t.emit(attrs)
 
 

@@ -291,6 +291,6 @@ def evolve(state: RunState, event: h.HistoryEvent) -> None:
         state.activities.clear()
         state.timers.clear()
         state.locks.clear()  # the close releases them (the store grants them on)
-        state.children.clear()  # the store applies each one's parent close policy
+        state.children.clear()  # their policies: children.children_to_close, applied by the store
         if t == "WorkflowContinuedAsNew":
             state.continued_as_new_run_id = event.workflow_continued_as_new.new_run_id

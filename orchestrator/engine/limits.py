@@ -7,6 +7,9 @@ from dataclasses import dataclass
 # A registered workflow definition (step YAML) is copied into the WorkflowStarted
 # of every run: as large as a payload, and no larger.
 MAX_DEFINITION_BYTES = 256 * 1024
+# From this share of the event limit on, decision tasks suggest continue-as-new:
+# it leaves room to finish the current step.
+SUGGEST_CONTINUE = 0.9
 
 
 @dataclass(frozen=True)
@@ -20,6 +23,11 @@ class Limits:
     pending_timers: int = 1_000
     signals_per_run: int = 10_000
     id_length: int = 1_000
+
+    def suggests_continue_as_new(self, history_length: int) -> bool:
+        """Whether a decision task at this history length sets
+        `continue_as_new_suggested` (CONTRACT "Limits")."""
+        return history_length >= SUGGEST_CONTINUE * self.events_per_run
 
 
 @dataclass(frozen=True)

@@ -77,13 +77,18 @@ def check_point(point: c.Payload | None) -> None:
         )
 
 
-def check_replayable(status: str) -> None:
-    if status == "open":
-        return
-    if status not in REPLAYABLE_CLOSES:
+def check_replayable(workflow_id: str, status: str, started: h.WorkflowStartedAttributes) -> None:
+    """Only step workflows replay (the interpreter resolves and reads the point;
+    a run started with a definition is one), and only open runs or runs that
+    ended badly."""
+    if status != "open" and status not in REPLAYABLE_CLOSES:
         raise FailedPrecondition(
             f"a run that {status.replace('_', ' ')} is not replayed:"
             " only failed, timed out, canceled or terminated runs are"
+        )
+    if not started.definition:
+        raise FailedPrecondition(
+            f"workflow {workflow_id!r} is not a step workflow: only those replay"
         )
 
 

@@ -27,10 +27,9 @@ from orchestrator.engine import children as family
 from orchestrator.engine import derived, external
 from orchestrator.engine import locks as lock_rules
 from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound, ResourceExhausted
-from orchestrator.engine.events import CHILD_CLOSES, CLOSE_EVENTS
+from orchestrator.engine.events import CLOSE_EVENTS
 from orchestrator.engine.state import ChildState, RunKey, RunState
 from orchestrator.engine.transition import OutboundSignal, Transition, apply
-from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect, purge
 from .notices import CHANGES_CHANNEL, NOTIFY_CHANNEL, closed_payload, tasks_added
@@ -91,21 +90,6 @@ _OPEN_RUN = select(runs.c.run_id).where(
     runs.c.workflow_id == bindparam("workflow_id"),
     runs.c.status == "open",
 )
-
-
-def _open_children(before: list[ChildState], events: list[h.HistoryEvent]) -> list[ChildState]:
-    """The children open as the run closed: those open before this transition, and
-    those it started, less those whose close it heard of."""
-    links = {link.workflow_id: link for link in before}
-    for e in events:
-        if e.type == "ChildWorkflowStarted":
-            a = e.child_workflow_started
-            links[a.workflow_id] = ChildState(
-                a.workflow_id, a.run_id, e.event_id, a.parent_close_policy
-            )
-        elif e.type in CHILD_CLOSES:
-            links.pop(getattr(e, e.WhichOneof("attributes") or "").workflow_id, None)
-    return list(links.values())
 
 
 def _receive(out: OutboundSignal, t: Transition) -> None:
@@ -572,9 +556,7 @@ class LockedWrites(StoreBase):
                 await self._apply(
                     conn, parent, lambda tt: family.report_child_close(tt, s, close), c, False
                 )
-        for link in _open_children(before_children, t.events):
-            if link.parent_close_policy == "abandon":
-                continue
+        for link in family.children_to_close(before_children, t.events):
             where = {"namespace": s.namespace, "workflow_id": link.workflow_id}
             run_id = await conn.scalar(_OPEN_RUN, where)
             while run_id:

@@ -16,13 +16,14 @@ from sqlalchemy import event, func, literal, select, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
+from orchestrator.engine.defaults import RegisteredActivityType, RegisteredWorkflowType
 from orchestrator.engine.errors import Aborted, InvalidArgument, NotFound, Unavailable
 from orchestrator.engine.state import RunState
 from sdk.api.weft.v1 import history_pb2 as h
 
 from . import dialect
 from .cache import RunCache
-from .registrations import TypeCache
+from .registrations import Registered, TypeCache, activity_type_of, workflow_type_of
 from .rows import (
     Committed,
     DbStats,
@@ -417,22 +418,50 @@ class StoreBase:
             for r in rows
         ]
 
-    async def registered_types(
+    async def registered_workflow_types(
+        self, namespace: str, names: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], RegisteredWorkflowType]:
+        """The registrations of those (name, version) pairs that are registered."""
+        found = await self._registered("workflow", namespace, names)
+        return {k: v for k, v in found.items() if isinstance(v, RegisteredWorkflowType)}
+
+    async def registered_activity_types(
+        self, namespace: str, names: Iterable[tuple[str, str]]
+    ) -> dict[tuple[str, str], RegisteredActivityType]:
+        """The registrations of those (name, version) pairs that are registered."""
+        found = await self._registered("activity", namespace, names)
+        return {k: v for k, v in found.items() if isinstance(v, RegisteredActivityType)}
+
+    async def _registered(
         self, kind: str, namespace: str, names: Iterable[tuple[str, str]]
-    ) -> dict[tuple[str, str], dict[str, Any]]:
-        """The registrations of those (name, version) pairs that are registered,
-        from this node's memory when it holds them (`registrations.py`)."""
+    ) -> dict[tuple[str, str], Registered]:
+        """From this node's memory when it holds them (`registrations.py`), else
+        read, converted once, and remembered (a type not registered too)."""
         wanted = set(names)
-        found: dict[tuple[str, str], dict[str, Any]] = {}
+        found: dict[tuple[str, str], Registered] = {}
         missing: set[tuple[str, str]] = set()
         for name, version in wanted:
-            known, row = self.types.get((kind, namespace, name, version))
+            known, held = self.types.get((kind, namespace, name, version))
             if not known:
                 missing.add((name, version))
-            elif row is not None:
-                found[(name, version)] = row
+            elif held is not None:
+                found[(name, version)] = held
         if not missing:
             return found
+        table = workflow_types if kind == "workflow" else activity_types
+        convert = workflow_type_of if kind == "workflow" else activity_type_of
+        rows = await self._rows(
+            select(table).where(
+                table.c.namespace == namespace, table.c.name.in_({n for n, _ in missing})
+            )
+        )
+        read: dict[tuple[str, str], Registered] = {(r.name, r.version): convert(r) for r in rows}
+        for pair in missing:
+            registered = read.get(pair)
+            self.types.put((kind, namespace, *pair), registered)
+            if registered is not None:
+                found[pair] = registered
+        return found
         table = workflow_types if kind == "workflow" else activity_types
         rows = await self._rows(
             select(table).where(
