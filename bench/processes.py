@@ -5,8 +5,9 @@ Each writes its output to a log file in the run's log directory; when one dies
 early, its log tail is in the error.
 
 The module-level helpers (`free_port`, `spawn`, `stop`, `kill9`, `log_tail`,
-`wait_serving`) are the one implementation of child-process handling: the
-bench, the chaos run and the tests' `ServerProcess` all use them."""
+`wait_serving`, `wait_http`) are the one implementation of child-process
+handling: the bench, the chaos run and the tests' `ServerProcess`,
+`WorkerProcess` and `UiProcess` all use them."""
 
 from __future__ import annotations
 
@@ -18,6 +19,7 @@ import ssl
 import subprocess
 import sys
 import time
+import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -113,6 +115,26 @@ async def wait_serving(
             if time.monotonic() > deadline:
                 return False
             await asyncio.sleep(0.05)
+
+
+def wait_http(
+    url: str,
+    check_alive: Callable[[], None],
+    timeout: float,
+    context: ssl.SSLContext | None = None,
+) -> bool:
+    """Poll a GET of `url` until it answers with a success (True) or `timeout`
+    passes (False); `check_alive` raises when the process died meanwhile."""
+    deadline = time.monotonic() + timeout
+    while True:
+        check_alive()
+        try:
+            with urllib.request.urlopen(url, timeout=1, context=context):
+                return True
+        except (urllib.error.URLError, ConnectionError, TimeoutError):
+            if time.monotonic() > deadline:
+                return False
+            time.sleep(0.1)
 
 
 def free_ports(n: int) -> int:

@@ -1,16 +1,15 @@
-"""`weft ui` as a real subprocess on a free port, next to `ServerProcess`."""
+"""`weft ui` as a real subprocess on a free port, next to `ServerProcess`.
+
+The process handling itself (spawn, readiness wait, stop) is the bench's
+(`bench.processes`), as it is for `ServerProcess` and `WorkerProcess`."""
 
 from __future__ import annotations
 
-import os
-import signal
 import ssl
 import subprocess
-import time
-import urllib.error
-import urllib.request
 from pathlib import Path
 
+from bench import processes
 from tests.serverproc import WEFT, free_port
 
 
@@ -42,51 +41,34 @@ class UiProcess:
         return ssl.create_default_context(cafile=str(self.https_ca)) if self.https_ca else None
 
     def start(self, timeout: float = 20.0) -> UiProcess:
-        env = {k: v for k, v in os.environ.items() if not k.startswith("WEFT_")}
-        env.update(self.extra_env)
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                [
-                    str(WEFT),
-                    "ui",
-                    "--address",
-                    self.server_address,
-                    "--listen",
-                    f"127.0.0.1:{self.port}",
-                    *self.extra_args,
-                ],
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=env,
-                start_new_session=True,
-            )
-        deadline = time.monotonic() + timeout
-        while True:
-            assert self.proc.poll() is None, f"weft ui exited\n{self.log_tail()}"
-            try:
-                with urllib.request.urlopen(
-                    self.url + "/static/weft.css", timeout=1, context=self.ssl_context()
-                ):
-                    return self
-            except (urllib.error.URLError, ConnectionError, TimeoutError):
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"weft ui not serving\n{self.log_tail()}") from None
-                time.sleep(0.1)
+        """Spawn `weft ui` and return once it serves its stylesheet."""
+        self.proc = processes.spawn(
+            [
+                str(WEFT),
+                "ui",
+                "--address",
+                self.server_address,
+                "--listen",
+                f"127.0.0.1:{self.port}",
+                *self.extra_args,
+            ],
+            self.log_path,
+            cwd=None,
+            env=self.extra_env,
+        )
+        ready = self.url + "/static/weft.css"
+        if not processes.wait_http(ready, self._check_alive, timeout, self.ssl_context()):
+            raise AssertionError(f"weft ui not serving within {timeout}s\n{self.log_tail()}")
+        return self
 
     def stop(self) -> None:
-        if self.proc is None or self.proc.poll() is not None:
-            return
-        self.proc.send_signal(signal.SIGTERM)
-        try:
-            self.proc.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.proc.kill()
-            self.proc.wait(timeout=10)
+        """SIGTERM, then SIGKILL if it has not exited within 10 s."""
+        processes.stop(self.proc, timeout=10)
 
     def log_tail(self, lines: int = 40) -> str:
-        try:
-            text = self.log_path.read_text(errors="replace")
-        except FileNotFoundError:
-            return "(no log)"
-        return "\n".join(text.splitlines()[-lines:])
+        return processes.log_tail(self.log_path, lines)
+
+    def _check_alive(self) -> None:
+        if self.proc is not None and self.proc.poll() is not None:
+            code = self.proc.returncode
+            raise AssertionError(f"weft ui exited with code {code}\n{self.log_tail()}")
