@@ -38,6 +38,7 @@ from .rows import (
     Committed,
     RunRow,
     TaskListKey,
+    event_rows,
     naive,
     utcnow,
 )
@@ -239,16 +240,7 @@ class LockedWrites(StoreBase):
         if t.events:
             await conn.execute(
                 insert(history_events),
-                [
-                    {
-                        "run_id": s.run_id,
-                        "event_id": e.event_id,
-                        "event_type": e.type,
-                        "timestamp": e.timestamp.ToDatetime(),
-                        "data": e.SerializeToString(),
-                    }
-                    for e in t.events
-                ],
+                event_rows(s.run_id, t.events),
             )
             committed.runs_with_events.add(s.run_id)
             committed.events += len(t.events)

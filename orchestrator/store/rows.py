@@ -8,6 +8,7 @@ from datetime import UTC, datetime
 from typing import Any
 
 from orchestrator.engine.state import RunKey
+from sdk.api.weft.v1 import history_pb2 as h
 
 
 def utcnow() -> datetime:
@@ -105,3 +106,17 @@ def run_row(r: Any) -> RunRow:
         replay_of_run_id=r.replay_of_run_id,
         replayed_by_run_id=r.replayed_by_run_id,
     )
+
+
+def event_rows(run_id: str, events: list[h.HistoryEvent]) -> list[dict[str, Any]]:
+    """The `history_events` rows of a run's new events (the insert both write paths do)."""
+    return [
+        {
+            "run_id": run_id,
+            "event_id": e.event_id,
+            "event_type": e.type,
+            "timestamp": e.timestamp.ToDatetime(),
+            "data": e.SerializeToString(),
+        }
+        for e in events
+    ]

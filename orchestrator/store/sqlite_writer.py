@@ -10,7 +10,7 @@ from sqlalchemy import bindparam, delete, insert, select, update
 from sqlalchemy.exc import IntegrityError
 
 from .reads import StoreBase
-from .rows import naive
+from .rows import event_rows, naive
 from .schema import deadlines, history_events, request_ids, runs, tasks
 from .writes import Candidate, Conflict, RunWrite
 
@@ -124,16 +124,7 @@ async def _write(conn: Any, w: RunWrite, links: tuple[str, str, str]) -> bool:
     if w.events:
         await conn.execute(
             insert(history_events),
-            [
-                {
-                    "run_id": s.run_id,
-                    "event_id": e.event_id,
-                    "event_type": e.type,
-                    "timestamp": e.timestamp.ToDatetime(),
-                    "data": e.SerializeToString(),
-                }
-                for e in w.events
-            ],
+            event_rows(s.run_id, w.events),
         )
     if w.tasks_gone:
         await conn.execute(
