@@ -31,6 +31,7 @@ from sdk.events import Event
 from workers.steps import continuation
 from workers.steps.definition import DefinitionError, parse
 from workers.steps.model import Step
+from workers.steps.steptypes import STEP_TYPES
 
 STATES = ("done", "running", "failed", "not-reached")
 _LABEL_MAX = 90
@@ -119,9 +120,9 @@ def _flatten(steps: Sequence[Step], on_error: Sequence[Step]) -> list[_Node]:
 
     def add(step: Step, place: str, depth: int, parent: _Node | None, prefix: str = "") -> None:
         top = parent.top if parent is not None else (int(place) if place.isdigit() else -1)
-        boundary = step.type == "foreach" or (
-            step.type == "workflow" and not step.args.get("setting")
-        )
+        step_type = STEP_TYPES.get(step.type)
+        # A `workflow replayable …` / `retention …` step has no steps of its own.
+        boundary = step_type is not None and step_type.own_frame and not step.args.get("setting")
         node = _Node(step, place, depth, parent, prefix + summary(step), top, boundary)
         nodes.append(node)
         args = step.args

@@ -1,6 +1,6 @@
 """How each step runs: the step loop of a workflow frame, error handling,
 retries and replays within the run. Each step type's body is in `steptypes`,
-next to its parser; the run is handed their table (`Run.bodies`).
+next to its parser; the run is handed their table (`Run.types`).
 
 A `Frame` is one list of steps being run: the workflow's own, a nested
 `workflow` (own variables), or an inline block (`if`, `switch` case,
@@ -16,7 +16,7 @@ from __future__ import annotations
 import copy
 from collections.abc import Callable, Coroutine, Mapping, Sequence
 from datetime import datetime, timedelta
-from typing import Any
+from typing import Any, Protocol
 
 from sdk.durations import parse_duration
 from workers.steps import conditions, expressions, retrying
@@ -25,12 +25,7 @@ from workers.steps.continuation import Continuation
 from workers.steps.entry import Entry
 from workers.steps.errors import FlowSignal, Jump, Replay, Return, StepError
 from workers.steps.expressions import ExpressionError
-from workers.steps.model import (
-    COMPOUND_TYPES,
-    NON_IDEMPOTENT_TYPES,
-    Definition,
-    Step,
-)
+from workers.steps.model import Definition, Step
 from workers.steps.operations import RunOperations
 from workers.steps.runtime import Cancelled, Scheduler, Task, first_of
 from workers.steps.scope import StepScope
@@ -51,11 +46,11 @@ class Run:
         definition: Definition,
         ops: RunOperations,
         scheduler: Scheduler,
-        bodies: Mapping[str, Body],
+        types: Mapping[str, StepTypeShape],
     ) -> None:
         self.definition = definition
-        self.bodies = bodies
-        """How each step type runs, by type name (`steptypes.BODIES`)."""
+        self.types = types
+        """Each step type by name, with its body (`steptypes.STEP_TYPES`)."""
         self.ops = ops
         self.scheduler = scheduler
         self.input: dict[str, Any] = {}
@@ -83,9 +78,12 @@ class Run:
             return step.idempotent == "yes"
         if self.definition.idempotent == "all":
             return True
-        if step.type in NON_IDEMPOTENT_TYPES:
+        step_type = self.types.get(step.type)
+        if step_type is None:
+            return True
+        if not step_type.idempotent:
             return False
-        if step.type in COMPOUND_TYPES:
+        if step_type.compound:
             return all(self.idempotent(child) for child in _children(step))
         return True
 
@@ -180,7 +178,7 @@ class Frame:
         if lowered == "last":
             return max(self.last_point if self.last_point is not None else START, 0)
         for i, step in enumerate(self.steps):
-            if step.id == target or _contains_id(step, target):
+            if step.id == target or _contains_id(self.run.types, step, target):
                 return i
         return None
 
@@ -431,9 +429,10 @@ class Frame:
         return answer
 
     async def _body(self, step: Step, entry: Entry) -> tuple[Any, str | None]:
-        handler = self.run.bodies.get(step.type)
-        if handler is None:
+        step_type = self.run.types.get(step.type)
+        if step_type is None:
             raise StepError("Unsupported", f"the {step.type} step is not supported yet")
+        handler = step_type.body
         scope = StepScope(self, entry.key, entry.input, error=self.error)
         try:
             result: tuple[Any, str | None] = await handler(self, step, entry, scope)
@@ -512,12 +511,15 @@ async def run_workflow(
             start, resume = found, False
 
 
-def _contains_id(step: Step, target: str) -> bool:
+def _contains_id(types: Mapping[str, StepTypeShape], step: Step, target: str) -> bool:
     """Whether an inline block of `step` holds a step with this id (a jump to
     it continues at `step`, Brooklyn's lookup through enclosing blocks)."""
-    if step.type in ("workflow", "foreach"):
+    step_type = types.get(step.type)
+    if step_type is not None and step_type.own_frame:
         return False
-    return any(child.id == target or _contains_id(child, target) for child in _children(step))
+    return any(
+        child.id == target or _contains_id(types, child, target) for child in _children(step)
+    )
 
 
 def _msg(exc: Exception) -> str:
@@ -545,4 +547,28 @@ Body = Callable[[Frame, Step, Entry, StepScope], Coroutine[Any, Any, tuple[Any, 
 the following step)."""
 
 
-__all__ = ["START", "Body", "Entry", "FlowSignal", "Frame", "Run", "run_workflow", "within"]
+class StepTypeShape(Protocol):
+    """What the run reads of a step type (`steptypes.StepType`, named here by its
+    shape so that this module does not import the step types, which import it)."""
+
+    @property
+    def body(self) -> Body: ...
+    @property
+    def idempotent(self) -> bool: ...
+    @property
+    def compound(self) -> bool: ...
+    @property
+    def own_frame(self) -> bool: ...
+
+
+__all__ = [
+    "START",
+    "Body",
+    "Entry",
+    "FlowSignal",
+    "Frame",
+    "Run",
+    "StepTypeShape",
+    "run_workflow",
+    "within",
+]

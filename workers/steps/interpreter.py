@@ -36,7 +36,7 @@ from workers.steps.operations import RunOperations
 from workers.steps.points import ReplayPoint
 from workers.steps.runtime import Cancelled, Future, Scheduler, Task
 from workers.steps.scope import StepScope
-from workers.steps.steptypes import BODIES
+from workers.steps.steptypes import STEP_TYPES
 from workers.steps.steptypes.fanout import lock_name, record_retention
 
 STEP_MARKER = "step"
@@ -248,7 +248,7 @@ class Interpreter:
         self.definition = definition
         self.ops = RunOperations(workflow_id, run_id, min_timer)
         self.scheduler = Scheduler()
-        self.run = Run(definition, self.ops, self.scheduler, BODIES)
+        self.run = Run(definition, self.ops, self.scheduler, STEP_TYPES)
         self.main: Task | None = None
         self.close: Decision | None = None
         self.top: Frame | None = None

@@ -14,12 +14,6 @@ from typing import Any
 
 from workers.steps.continuation import ContinueAfter
 
-# Step types whose work is an activity task on a runner; every other step is
-# decided inside the decider from the history alone.
-EXTERNAL_TYPES = frozenset({"activity", "http", "shell"})
-# Step types that run nested steps; their idempotency is computed.
-COMPOUND_TYPES = frozenset({"if", "switch", "foreach", "workflow", "subworkflow", "child"})
-NON_IDEMPOTENT_TYPES = EXTERNAL_TYPES | {"fail"}
 RESERVED_IDS = frozenset({"start", "end", "exit", "last", "default", "here"})
 
 # The built-in activity types the runner offers (`http` always, `shell` only

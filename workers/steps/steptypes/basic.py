@@ -394,5 +394,6 @@ TYPES: dict[str, StepType] = {
         _keys("rethrow", "message", "value"),
         _parse_fail,
         _run_fail,
+        idempotent=False,
     ),
 }

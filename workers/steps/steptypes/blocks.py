@@ -145,17 +145,20 @@ TYPES: dict[str, StepType] = {
         _keys("then", "else", condition="test", step="then", steps="then"),
         _parse_if,
         _run_if,
+        compound=True,
     ),
     "switch": StepType(
         _template("[ ${value...} ]", "switch VALUE"),
         _keys("value", "cases"),
         _parse_switch,
         _run_switch,
+        compound=True,
     ),
     "subworkflow": StepType(
         _template("", "subworkflow"),
         _keys("steps"),
         _parse_subworkflow,
         _run_subworkflow,
+        compound=True,
     ),
 }

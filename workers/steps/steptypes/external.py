@@ -196,18 +196,24 @@ TYPES: dict[str, StepType] = {
         },
         _parse_activity,
         _run_activity,
+        external=True,
+        idempotent=False,
     ),
     "http": StepType(
         _template("${url}", "http URL"),
         {**_keys("url", endpoint="url"), **_TASK_LIST},
         _parse_http,
         _run_http,
+        external=True,
+        idempotent=False,
     ),
     "shell": StepType(
         _template("${command...}", "shell COMMAND"),
         {**_keys("command"), **_TASK_LIST},
         _parse_shell,
         _run_shell,
+        external=True,
+        idempotent=False,
     ),
     "signal": StepType(
         _template("${workflow_id} ${name} [ = ${value...} ]", "signal WORKFLOW_ID NAME [= VALUE]"),
@@ -220,5 +226,6 @@ TYPES: dict[str, StepType] = {
         {**_keys("workflow_type", "version"), **_TASK_LIST},
         _parse_child,
         _run_child,
+        compound=True,  # with no nested steps: idempotent, as by default
     ),
 }

@@ -368,6 +368,8 @@ TYPES: dict[str, StepType] = {
         {**_FAN_OUT, "target": "items", "do": "do", "steps": "do"},
         _parse_foreach,
         _run_foreach,
+        compound=True,
+        own_frame=True,
     ),
     "workflow": StepType(
         _template(
@@ -377,5 +379,7 @@ TYPES: dict[str, StepType] = {
         {**_FAN_OUT, **_keys("steps", "target", "lock", "retention")},
         _parse_workflow,
         _run_workflow,
+        compound=True,
+        own_frame=True,
     ),
 }
