@@ -19,7 +19,7 @@ from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, TypeVar
 
-from orchestrator.engine import activity, derived, external
+from orchestrator.engine import activity, derived, external, locks
 from orchestrator.engine.decisions import (
     DecisionContext,
     complete_decision_task,
@@ -112,8 +112,56 @@ def cancel_workflow() -> d.Decision:
     return d.Decision(cancel_workflow=d.CancelWorkflowDecision())
 
 
-def continue_as_new(input_text: str = "next") -> d.Decision:
-    return d.Decision(continue_as_new=d.ContinueAsNewDecision(input=payload(input_text)))
+def continue_as_new(input_text: str = "next", carried_locks: tuple[str, ...] = ()) -> d.Decision:
+    return d.Decision(
+        continue_as_new=d.ContinueAsNewDecision(
+            input=payload(input_text), carried_locks=carried_locks
+        )
+    )
+
+
+def request_lock(lock_name: str) -> d.Decision:
+    return d.Decision(request_lock=d.RequestLockDecision(lock_name=lock_name))
+
+
+def release_lock(lock_name: str) -> d.Decision:
+    return d.Decision(release_lock=d.ReleaseLockDecision(lock_name=lock_name))
+
+
+def start_child(
+    workflow_id: str,
+    *,
+    name: str = "sub",
+    version: str = "",
+    task_list: str = "",
+    policy: d.ParentClosePolicy.ValueType = d.PARENT_CLOSE_POLICY_UNSPECIFIED,
+    execution_timeout: float | None = None,
+    decider_timeout: float | None = None,
+    input_text: str | None = None,
+) -> d.Decision:
+    a = d.StartChildWorkflowDecision(
+        workflow_id=workflow_id,
+        workflow_type=c.WorkflowType(name=name, version=version),
+        task_list=task_list,
+        parent_close_policy=policy,
+    )
+    if input_text is not None:
+        a.input.CopyFrom(payload(input_text))
+    if execution_timeout is not None:
+        a.execution_timeout.CopyFrom(duration(execution_timeout))
+    if decider_timeout is not None:
+        a.decider_timeout.CopyFrom(duration(decider_timeout))
+    return d.Decision(start_child_workflow=a)
+
+
+def signal_external(workflow_id: str, signal_name: str = "note", run_id: str = "") -> d.Decision:
+    return d.Decision(
+        signal_external_workflow=d.SignalExternalWorkflowDecision(
+            execution=c.WorkflowExecution(workflow_id=workflow_id, run_id=run_id),
+            signal_name=signal_name,
+            input=payload(signal_name),
+        )
+    )
 
 
 # --- the run ------------------------------------------------------------------
@@ -139,6 +187,15 @@ class Run:
         """(history length, a copy of the state) after every command that succeeded."""
         self.armed: dict[tuple[str, int], float] = {}
         """Every deadline ever armed, with the due time it was first armed with."""
+
+    @classmethod
+    def opened(cls, t: Transition, ctx: DecisionContext | None = None) -> Run:
+        """The run another command opened (`t` from its `new_runs`: a child, the
+        run a continue-as-new goes on in), to drive on from its first events."""
+        run = cls(t.state.key, t.now, ctx)
+        run.state = copy.deepcopy(t.state)
+        run.history = list(t.events)
+        return run
 
     # the one way a command runs (engine.transition.apply, as in the store)
     def apply(self, fn: Callable[[Transition], T]) -> T:
@@ -201,6 +258,7 @@ class Run:
         execution_timeout: float = EXECUTION_TIMEOUT,
         decider_timeout: float = DECIDER_TIMEOUT,
         continued_from_run_id: str = "",
+        definition: str = "",
     ) -> Run:
         cmd = StartCommand(
             type_name="flow",
@@ -211,6 +269,7 @@ class Run:
             decider_timeout=decider_timeout,
             identity="starter",
             continued_from_run_id=continued_from_run_id,
+            definition=definition,
         )
         self.apply(lambda t: start_workflow(t, cmd))
         return self
@@ -274,6 +333,19 @@ class Run:
 
     def terminate(self) -> Run:
         self.apply(lambda t: external.terminate(t, "stop", None, "operator"))
+        return self
+
+    def grant(
+        self, lock_name: str, previous_workflow_id: str = "", previous_run_id: str = ""
+    ) -> Run:
+        """The store found the lock free and this run first in its queue."""
+        self.apply(lambda t: locks.grant(t, lock_name, previous_workflow_id, previous_run_id))
+        return self
+
+    def force_release(
+        self, lock_name: str, identity: str = "operator", reason: str = "stuck"
+    ) -> Run:
+        self.apply(lambda t: locks.force_release(t, lock_name, identity, reason))
         return self
 
     def fire(self, kind: str, ref_id: int) -> bool:
