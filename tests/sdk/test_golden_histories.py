@@ -1,5 +1,5 @@
 """Golden histories: real runs of the examples, saved with `weft history ID --json`
-(tests/data/golden/), replayed through the example deciders. Each decision task
+(tests/golden/), replayed through the example deciders. Each decision task
 of the recording must get the same decisions again; a decider whose logic
 drifted (here: one that charges before it reserves) is caught."""
 
@@ -15,7 +15,7 @@ from sdk import DecisionTask, NonDeterminismError
 from sdk.events import Event, events_from_json
 from sdk.testing import replay
 
-GOLDEN = Path(__file__).resolve().parent.parent / "data" / "golden"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
 
 def load(name: str) -> list[Event]:

@@ -15,7 +15,7 @@ from sdk import Decider, DecisionTask, Event, NonDeterminismError
 from sdk.events import events_from_json
 from sdk.testing import EPOCH, HistoryBuilder, decide, replay, task_for
 
-DATA = Path(__file__).parent / "data"
+GOLDEN = Path(__file__).resolve().parent.parent / "golden"
 
 
 class Order(Decider):
@@ -257,7 +257,7 @@ def test_event_from_json_timestamps(stamp: str) -> None:
 
 
 def test_golden_file_matches_the_builder_and_replays() -> None:
-    doc = json.loads((DATA / "order_history.json").read_text())
+    doc = json.loads((GOLDEN / "order_history.json").read_text())
     events = events_from_json(doc)
     assert events == golden().events
     assert replay(Order(), events) == 3

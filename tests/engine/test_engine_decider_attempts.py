@@ -10,7 +10,7 @@ from orchestrator.engine.decider_attempts import MAX_BACKOFF, backoff
 from orchestrator.engine.errors import NotFound
 from orchestrator.engine.events import fold
 from orchestrator.engine.tokens import TaskToken
-from tests.unit.builder import Run, complete_workflow, started
+from tests.engine.builder import Run, complete_workflow, started
 
 
 def _failed_twice() -> tuple[Run, TaskToken]:

@@ -18,7 +18,7 @@ from sqlalchemy import create_engine, text
 
 from orchestrator.store import migrate
 from tests.conftest import TEMPLATE_DB, _with_db
-from tests.fuzz.target import FuzzServer
+from tests.e2e.fuzz.target import FuzzServer
 from tests.serverproc import ServerProcess
 
 # Polls of empty task lists answer after this: it bounds what a fuzzed poll costs.

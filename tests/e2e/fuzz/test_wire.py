@@ -14,8 +14,8 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sdk.api.weft.v1 import service_pb2 as s
-from tests.fuzz import strategies as fz
-from tests.fuzz.target import SERVER_FAULTS, FuzzServer
+from tests.e2e.fuzz import strategies as fz
+from tests.e2e.fuzz.target import SERVER_FAULTS, FuzzServer
 
 SERVICE = s.DESCRIPTOR.services_by_name["WorkflowService"]
 RPCS = [m.name for m in SERVICE.methods]

@@ -19,9 +19,9 @@ from hypothesis import strategies as st
 
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import service_pb2 as s
-from tests.fuzz import strategies as fz
-from tests.fuzz.runs import PreparedRun, prepare_run
-from tests.fuzz.target import SERVER_FAULTS, FuzzServer
+from tests.e2e.fuzz import strategies as fz
+from tests.e2e.fuzz.runs import PreparedRun, prepare_run
+from tests.e2e.fuzz.target import SERVER_FAULTS, FuzzServer
 
 EXAMPLES = 50
 

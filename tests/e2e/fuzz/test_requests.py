@@ -21,9 +21,9 @@ from hypothesis import given
 from hypothesis import strategies as st
 
 from sdk.api.weft.v1 import service_pb2 as s
-from tests.fuzz import strategies as fz
-from tests.fuzz.runs import PreparedRun, prepare_run
-from tests.fuzz.target import SERVER_FAULTS, FuzzServer
+from tests.e2e.fuzz import strategies as fz
+from tests.e2e.fuzz.runs import PreparedRun, prepare_run
+from tests.e2e.fuzz.target import SERVER_FAULTS, FuzzServer
 
 SERVICE = s.DESCRIPTOR.services_by_name["WorkflowService"]
 RPCS = [m.name for m in SERVICE.methods]

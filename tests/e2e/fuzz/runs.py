@@ -16,8 +16,8 @@ from google.protobuf.duration_pb2 import Duration
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import service_pb2 as s
-from tests.fuzz.strategies import KNOWN_IDS
-from tests.fuzz.target import FuzzServer
+from tests.e2e.fuzz.strategies import KNOWN_IDS
+from tests.e2e.fuzz.target import FuzzServer
 
 ACTIVITY_ID, TIMER_ID, LOCK_NAME = KNOWN_IDS
 
