@@ -146,8 +146,9 @@ class AdminService(
             )
         replay.check_point(request.point)
         row = await self._store.find_run(ns, req.execution.workflow_id, req.execution.run_id)
+        replay.check_replayable(row.status)
         [first] = await self._store.read_history(row.key.run_id, 1, 1, 1)
-        replay.check_replayable(row.key.workflow_id, row.status, first.workflow_started)
+        replay.check_step_workflow(row.key.workflow_id, first.workflow_started)
         if row.status == "open":
             await self._store.transact(row.key.run_id, lambda t: replay.replay_in_place(t, request))
             new_run, run_id = False, row.key.run_id

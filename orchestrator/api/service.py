@@ -14,7 +14,7 @@ from google.protobuf.message import Message
 
 from orchestrator.engine import activity as activities
 from orchestrator.engine import external
-from orchestrator.engine.defaults import start_settings
+from orchestrator.engine.defaults import start_task_list, start_timeouts
 from orchestrator.engine.errors import FailedPrecondition, InvalidArgument
 from orchestrator.engine.start import StartCommand, start_workflow
 from orchestrator.engine.transition import Transition, duration
@@ -54,21 +54,20 @@ class WorkflowService(TaskService, TaskListsApi, WorkerSessionsApi, sg.WorkflowS
         wtype = req.workflow_type
         validate.name("workflow_type.name", wtype.name)
         registered = await self._registered_type(ns, wtype.name, wtype.version)
-        settings = start_settings(
+        task_list = validate.name("task_list", start_task_list(registered, req.task_list))
+        execution, decider = start_timeouts(
             registered,
             self._settings.defaults,
-            task_list=req.task_list,
-            execution_timeout=validate.optional_seconds(req, "execution_timeout"),
-            decider_timeout=validate.optional_seconds(req, "decider_timeout"),
+            validate.optional_seconds(req, "execution_timeout"),
+            validate.optional_seconds(req, "decider_timeout"),
         )
-        validate.name("task_list", settings.task_list)
         return StartCommand(
             type_name=wtype.name,
             type_version=registered.version,
-            task_list=settings.task_list,
+            task_list=task_list,
             input=optional_payload(req, "input"),
-            execution_timeout=settings.execution_timeout,
-            decider_timeout=settings.decider_timeout,
+            execution_timeout=execution,
+            decider_timeout=decider,
             identity=req.identity,
             definition=registered.definition,
         )

@@ -18,7 +18,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 
 from . import external
 from .context import DecisionContext
-from .defaults import RegisteredWorkflowType, start_settings
+from .defaults import RegisteredWorkflowType, start_task_list, start_timeouts
 from .events import CHILD_CLOSES
 from .start import StartCommand, opened_run
 from .state import ChildState, RunKey, RunState
@@ -54,34 +54,33 @@ def start_child(
     name = a.workflow_type.name
     registered = ctx.child_types.get((name, a.workflow_type.version), RegisteredWorkflowType())
     version = a.workflow_type.version or registered.version
-    settings = start_settings(
-        registered,
-        ctx.defaults,
-        task_list=a.task_list,
-        execution_timeout=_seconds(a, "execution_timeout"),
-        decider_timeout=_seconds(a, "decider_timeout"),
-        inherited_task_list=s.task_list,
-    )
+    task_list = start_task_list(registered, a.task_list, inherited=s.task_list)
     run_id = ctx.child_run_ids[a.workflow_id]
     policy = POLICIES.get(a.parent_close_policy, "terminate")
     attrs = h.ChildWorkflowStartedAttributes(
         workflow_id=a.workflow_id,
         run_id=run_id,
         workflow_type=c.WorkflowType(name=name, version=version),
-        task_list=settings.task_list,
+        task_list=task_list,
         parent_close_policy=policy,
         decider_completed_event_id=completed,
     )
     if a.HasField("input"):
         attrs.input.CopyFrom(a.input)
     started = t.emit(attrs)
+    execution, decider = start_timeouts(
+        registered,
+        ctx.defaults,
+        _seconds(a, "execution_timeout"),
+        _seconds(a, "decider_timeout"),
+    )
     cmd = StartCommand(
         type_name=name,
         type_version=version,
-        task_list=settings.task_list,
+        task_list=task_list,
         input=a.input if a.HasField("input") else None,
-        execution_timeout=settings.execution_timeout,
-        decider_timeout=settings.decider_timeout,
+        execution_timeout=execution,
+        decider_timeout=decider,
         identity=f"parent:{s.workflow_id}",
         definition=registered.definition,
         parent_workflow_id=s.workflow_id,

@@ -21,7 +21,7 @@ V = TypeVar("V")
 @dataclass(frozen=True)
 class RegisteredWorkflowType:
     """What a start takes from its type's registration (seconds; None: not set).
-    The empty value stands for a type nobody registered."""
+    For a type nobody registered, one with only the version the start named."""
 
     version: str = ""
     task_list: str = ""
@@ -69,34 +69,25 @@ def chosen_type(
     return RegisteredWorkflowType(version=version)
 
 
-@dataclass(frozen=True)
-class StartSettings:
-    task_list: str
-    execution_timeout: float
-    decider_timeout: float
+def start_task_list(registered: RegisteredWorkflowType, requested: str, inherited: str = "") -> str:
+    """A new run's task list: the request's (a start or a child decision), else its
+    type's registered default, else (a child) its parent's. A start with none
+    anywhere is refused."""
+    chosen = first_given(requested, registered.task_list, inherited)
+    if not chosen:
+        raise InvalidArgument("task_list is required (the workflow type has no registered default)")
+    return chosen
 
 
-def start_settings(
+def start_timeouts(
     registered: RegisteredWorkflowType,
     defaults: Defaults,
-    *,
-    task_list: str,
     execution_timeout: float | None,
     decider_timeout: float | None,
-    inherited_task_list: str = "",
-) -> StartSettings:
-    """A new run's task list and timeouts from its request (a start or a child
-    decision), its type's registration and the server's defaults. A child
-    inherits its parent's task list; a start with none anywhere is refused."""
-    chosen_list = first_given(task_list, registered.task_list, inherited_task_list)
-    if not chosen_list:
-        raise InvalidArgument("task_list is required (the workflow type has no registered default)")
-    return StartSettings(
-        task_list=chosen_list,
-        execution_timeout=first_given(
-            execution_timeout, registered.execution_timeout, defaults.execution_timeout
-        ),
-        decider_timeout=first_given(
-            decider_timeout, registered.decider_timeout, defaults.decider_timeout
-        ),
+) -> tuple[float, float]:
+    """A new run's (execution, decider) timeouts: the request's, else its type's
+    registered defaults, else the server's."""
+    return (
+        first_given(execution_timeout, registered.execution_timeout, defaults.execution_timeout),
+        first_given(decider_timeout, registered.decider_timeout, defaults.decider_timeout),
     )

@@ -77,15 +77,18 @@ def check_point(point: c.Payload | None) -> None:
         )
 
 
-def check_replayable(workflow_id: str, status: str, started: h.WorkflowStartedAttributes) -> None:
-    """Only step workflows replay (the interpreter resolves and reads the point;
-    a run started with a definition is one), and only open runs or runs that
-    ended badly."""
+def check_replayable(status: str) -> None:
+    """Only open runs, or runs that ended badly, are replayed."""
     if status != "open" and status not in REPLAYABLE_CLOSES:
         raise FailedPrecondition(
             f"a run that {status.replace('_', ' ')} is not replayed:"
             " only failed, timed out, canceled or terminated runs are"
         )
+
+
+def check_step_workflow(workflow_id: str, started: h.WorkflowStartedAttributes) -> None:
+    """Only step workflows replay: the interpreter resolves the point and reads it
+    back, and a run started with a definition is one."""
     if not started.definition:
         raise FailedPrecondition(
             f"workflow {workflow_id!r} is not a step workflow: only those replay"

@@ -462,19 +462,6 @@ class StoreBase:
             if registered is not None:
                 found[pair] = registered
         return found
-        table = workflow_types if kind == "workflow" else activity_types
-        rows = await self._rows(
-            select(table).where(
-                table.c.namespace == namespace, table.c.name.in_({n for n, _ in missing})
-            )
-        )
-        read = {(r.name, r.version): dict(r._mapping) for r in rows}
-        for pair in missing:
-            row = read.get(pair)
-            self.types.put((kind, namespace, *pair), row)
-            if row is not None:
-                found[pair] = row
-        return found
 
 
 def run_filter(

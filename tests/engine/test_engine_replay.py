@@ -20,6 +20,7 @@ from orchestrator.engine.replay import (
     ReplayRequest,
     check_point,
     check_replayable,
+    check_step_workflow,
     replay_as_new_run,
     replay_in_place,
 )
@@ -174,12 +175,11 @@ def test_an_open_run_or_one_that_ended_badly_replays_and_no_other(
     run = started(definition=DEFINITION)
     end(run)
     assert run.state.status == status
-    started_attrs = run.event(1).workflow_started
     if replayed:
-        check_replayable(run.key.workflow_id, run.state.status, started_attrs)
+        check_replayable(run.state.status)
     else:
         with pytest.raises(FailedPrecondition, match=status.replace("_", " ")) as info:
-            check_replayable(run.key.workflow_id, run.state.status, started_attrs)
+            check_replayable(run.state.status)
         assert "only failed, timed out, canceled or terminated runs are" in str(info.value)
 
 
@@ -189,8 +189,13 @@ def test_an_open_run_or_one_that_ended_badly_replays_and_no_other(
 def test_only_a_step_workflow_replays(end: Callable[[Run], object]) -> None:
     run = started()  # no definition: not a step workflow
     end(run)
-    with pytest.raises(FailedPrecondition, match="is not a step workflow: only those replay"):
-        check_replayable(run.key.workflow_id, run.state.status, run.event(1).workflow_started)
+    with pytest.raises(
+        FailedPrecondition, match="'wf-1' is not a step workflow: only those replay"
+    ):
+        check_step_workflow(run.key.workflow_id, run.event(1).workflow_started)
+    check_step_workflow(
+        run.key.workflow_id, started(definition=DEFINITION).event(1).workflow_started
+    )
 
 
 @pytest.mark.parametrize(
