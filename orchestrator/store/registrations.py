@@ -50,7 +50,7 @@ class TypeCache:
         self._rows: dict[Key, tuple[float, Registered | None]] = {}
 
     def get(self, key: Key) -> tuple[bool, Registered | None]:
-        """(known, row): known is False when the database must be asked."""
+        """(known, registration): known is False when the database must be asked."""
         held = self._rows.get(key)
         if held is None or time.monotonic() - held[0] > MAX_AGE:
             return False, None
