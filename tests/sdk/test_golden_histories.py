@@ -1,7 +1,7 @@
 """Golden histories: real runs of the examples, saved with `weft history ID --json`
-(tests/golden/order.json and order_canceled.json), replayed through the example deciders. Each decision task
-of the recording must get the same decisions again; a decider whose logic
-drifted (here: one that charges before it reserves) is caught."""
+(tests/golden/order.json and order_canceled.json), replayed through the example
+deciders. Each decision task of the recording must get the same decisions again;
+a decider whose logic drifted (here: one that charges before it reserves) is caught."""
 
 from __future__ import annotations
 
