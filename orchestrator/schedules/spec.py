@@ -135,7 +135,9 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo("UTC")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError) as exc:
+    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
+        # (OSError: a name too long for a file, or a folder of zones, when the
+        # zones are read from the tzdata package rather than the system.)
         raise SpecError(
             f"unknown time zone {name!r} (use an IANA name such as Europe/Brussels)"
         ) from exc
