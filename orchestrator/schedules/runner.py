@@ -28,7 +28,7 @@ import asyncio
 import contextlib
 from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import structlog
 from prometheus_client import Counter
@@ -60,6 +60,7 @@ SLOTS_PER_PASS = 500
 # Every start of a slot carries this request id; with the slot's workflow id it
 # makes a second start of the slot answer with the first one's run.
 REQUEST_ID = "schedule"
+NEVER = datetime.max.replace(tzinfo=UTC)
 
 Start = Callable[[s.StartWorkflowRequest], Awaitable[tuple[str, bool]]]
 
@@ -76,7 +77,12 @@ def workflow_id(row: ScheduleRow, slot: datetime) -> str:
 def start_time(row: ScheduleRow, slot: datetime) -> datetime:
     """When a slot's run starts: the slot, delayed by its share of the jitter."""
     key = f"{row.namespace}/{row.name}/{slot_text(slot)}"
-    return slot + jitter_for(key, timedelta(seconds=row.jitter))
+    try:
+        return slot + jitter_for(key, timedelta(seconds=row.jitter))
+    except OverflowError:
+        # Jittered past the year 9999, where dates end: a time that never comes
+        # (raising would fail this schedule's every pass, and log each second).
+        return NEVER
 
 
 class ScheduleRunner:

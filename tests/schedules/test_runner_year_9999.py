@@ -1,0 +1,57 @@
+"""A slot whose jittered start falls past the year 9999 (where dates end) never
+starts, and the pass goes on: it used to raise OverflowError, which failed the
+schedule's every pass and logged it each second."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime, timedelta
+from typing import Any, cast
+
+from orchestrator.schedules.runner import NEVER, ScheduleRunner, start_time
+from orchestrator.store.schedules import ScheduleRow
+
+LAST_DAY = datetime(9999, 12, 31, tzinfo=UTC)
+
+
+def daily(jitter: float) -> ScheduleRow:
+    return ScheduleRow(
+        namespace="default",
+        name="late",
+        workflow_type="report",
+        task_list="tl",
+        input=None,
+        cron="",
+        every=86400.0,
+        timezone="",
+        overlap="allow",
+        catch_up_window=86400.0,
+        jitter=jitter,
+        start_at=LAST_DAY - timedelta(days=1),
+        end_at=None,
+        paused=False,
+        note="",
+        created_at=LAST_DAY - timedelta(days=2),
+        updated_at=LAST_DAY - timedelta(days=2),
+    )
+
+
+def test_a_start_jittered_past_the_last_date_is_never() -> None:
+    row = daily(jitter=7 * 86400.0)
+    assert start_time(row, LAST_DAY) == NEVER
+    # Within range, the jitter still applies.
+    earlier = LAST_DAY - timedelta(days=30)
+    assert earlier <= start_time(row, earlier) < earlier + timedelta(days=7)
+
+
+def test_the_pass_starts_what_it_can_and_waits_for_ever_on_the_rest() -> None:
+    row = daily(jitter=7 * 86400.0)
+    runner = ScheduleRunner(cast(Any, None), cast(Any, None), lambda: True)
+    day_before = LAST_DAY - timedelta(days=1)
+    now = LAST_DAY + timedelta(hours=12)
+    begun = start_time(row, day_before) <= now
+    new, slots, due = runner._due_slots(row, now)
+    # The day before the last starts once its jitter has passed; the last day's
+    # slot can never start, so the pass waits on it for ever, without raising.
+    assert slots == ([day_before] if begun else [])
+    assert due == (NEVER if begun else start_time(row, day_before))
+    assert new.last_slot == (day_before if begun else None)
