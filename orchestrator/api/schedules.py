@@ -207,7 +207,12 @@ class SchedulesAdmin(ServiceBase):
         new = _checked(ns, req.schedule, now)
 
         def apply(row: ScheduleRow) -> ScheduleRow:
-            # From now on the new spec: its slots before now are not fired.
+            # From now on the new spec: its slots before now are not fired. The
+            # old spec's slots that came and were not started yet (waiting out
+            # their jitter, or due since the runner's last pass) start at once.
+            owed, missed = rules.owed_slots(row, now)
+            room = max(0, MAX_PENDING - len(row.pending))
+            owed, missed = owed[:room], missed + len(owed[room:])
             return replace(
                 new,
                 paused=row.paused,
@@ -215,10 +220,10 @@ class SchedulesAdmin(ServiceBase):
                 created_at=row.created_at,
                 last_slot=max(row.last_slot or now, now),
                 buffered_slot=row.buffered_slot,
-                pending=row.pending,
+                pending=(*row.pending, *owed),
                 started=row.started,
                 skipped=row.skipped,
-                missed=row.missed,
+                missed=row.missed + missed,
                 recent=row.recent,
                 version=row.version,
             )

@@ -85,6 +85,41 @@ def start_time(row: ScheduleRow, slot: datetime) -> datetime:
         return NEVER
 
 
+def _cursor(row: ScheduleRow) -> datetime:
+    """The time after which the row's slots are still to be handled."""
+    cursor = row.last_slot or row.created_at
+    if row.start_at is not None and row.start_at > cursor:
+        cursor = row.start_at - timedelta(microseconds=1)  # the start time may fire
+    return cursor
+
+
+def _window(row: ScheduleRow) -> timedelta:
+    """How late a slot's start may be and still be started (counted from on time)."""
+    return timedelta(seconds=row.catch_up_window) + ON_TIME
+
+
+def owed_slots(row: ScheduleRow, now: datetime) -> tuple[list[datetime], int]:
+    """The slots of the row's spec that came by `now` and that no pass has handled
+    yet (one waiting out its jitter, or due since the last pass), with how many of
+    them are past their catch-up window: what a change of spec must not drop.
+    (A paused schedule passes its slots over, so it owes none.)"""
+    if row.paused:
+        return [], 0
+    spec, cursor, window = spec_of(row), _cursor(row), _window(row)
+    owed: list[datetime] = []
+    missed = 0
+    for _ in range(SLOTS_PER_PASS):
+        slot = spec.next_after(cursor)
+        if slot is None or slot > now or (row.end_at is not None and slot > row.end_at):
+            break
+        if now - start_time(row, slot) > window:
+            missed += 1
+        else:
+            owed.append(slot)
+        cursor = slot
+    return owed, missed
+
+
 class ScheduleRunner:
     def __init__(
         self,
@@ -189,11 +224,7 @@ class ScheduleRunner:
         """The scheduled slots to start now; the missed ones are counted and passed."""
         if row.paused:
             return row, [], None
-        spec = spec_of(row)
-        cursor = row.last_slot or row.created_at
-        if row.start_at is not None and row.start_at > cursor:
-            cursor = row.start_at - timedelta(microseconds=1)  # the start time may fire
-        window = timedelta(seconds=row.catch_up_window) + ON_TIME
+        spec, cursor, window = spec_of(row), _cursor(row), _window(row)
         slots: list[datetime] = []
         handled, missed, due = row.last_slot, 0, None
         for _ in range(SLOTS_PER_PASS):

@@ -14,6 +14,7 @@ import grpc
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
+from orchestrator.schedules.spec import jitter_for, slot_text
 from orchestrator.server import Server
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
@@ -355,3 +356,32 @@ async def test_slots_that_come_while_paused_are_not_started(stubs: Stubs) -> Non
     await asyncio.sleep(2.5)
     d = await describe(admin, name)
     assert d.started == started and d.schedule.note == "enough"
+
+
+async def test_an_update_keeps_the_old_slot_waiting_out_its_jitter(stubs: Stubs) -> None:
+    """A slot that came under the old spec but waits out its jitter when the spec
+    changes still starts (it used to be passed over with the old spec)."""
+    admin, stub = stubs
+    name, period, jitter = unique("jittered"), 4, 3.9
+    await admin.CreateSchedule(every(name, period, overlap="allow", jitter=dur(jitter)))
+    # The first coming slot whose jittered start leaves time to update in between.
+    now = datetime.now(UTC).timestamp()
+    slot = datetime.fromtimestamp((now // period + 1) * period, UTC)
+    delay = timedelta(seconds=jitter)
+    while jitter_for(f"default/{name}/{slot_text(slot)}", delay) < timedelta(seconds=1.5):
+        slot += timedelta(seconds=period)
+    await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds()) + 0.3)
+    slot_id = f"{name}/{slot_text(slot)}"
+    assert slot_id not in {r.workflow_id for r in (await describe(admin, name)).recent_runs}
+    spec = (await describe(admin, name)).schedule
+    spec.every.CopyFrom(dur(3600))
+    await admin.UpdateSchedule(sc.UpdateScheduleRequest(schedule=spec))
+
+    async def started() -> bool:
+        return slot_id in {r.workflow_id for r in (await describe(admin, name)).recent_runs}
+
+    await wait_until(started, timeout=15)
+    history = await stub.GetWorkflowHistory(
+        s.GetWorkflowHistoryRequest(execution=c.WorkflowExecution(workflow_id=slot_id))
+    )
+    assert history.events[0].type == "WorkflowStarted"
