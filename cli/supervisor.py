@@ -14,6 +14,7 @@ import os
 import signal
 import subprocess
 import sys
+import threading
 import time
 
 import structlog
@@ -51,12 +52,12 @@ def _worker(settings: dict[str, str], index: int) -> subprocess.Popen[bytes]:
 def supervise(settings: dict[str, str], workers: int) -> int:
     """Run `workers` server processes until SIGTERM or SIGINT; 0 if they all
     stopped cleanly."""
-    stopping = False
+    # An Event, not a bool: the signal handler sets it between the loop's checks.
+    stopping = threading.Event()
     procs: list[subprocess.Popen[bytes]] = []
 
     def stop(signum: int, _frame: object) -> None:
-        nonlocal stopping
-        stopping = True
+        stopping.set()
         for proc in procs:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
@@ -70,18 +71,18 @@ def supervise(settings: dict[str, str], workers: int) -> int:
     signal.signal(signal.SIGTERM, stop)
     signal.signal(signal.SIGINT, stop)
     log.info("supervisor.started", workers=workers, pids=[p.pid for p in procs])
-    while not stopping:
+    while not stopping.is_set():
         time.sleep(0.2)
         for index, proc in enumerate(procs):
             code = proc.poll()
-            if code is None or stopping:
+            if code is None or stopping.is_set():
                 continue
             lived = time.monotonic() - started[index]
             pause = pauses[index] if lived < QUICK_DEATH else RESTART_PAUSE
             log.warning("supervisor.worker_exited", pid=proc.pid, code=code, restart_in=pause)
             time.sleep(pause)
             pauses[index] = min(pause * 2, MAX_RESTART_PAUSE)
-            if stopping:
+            if stopping.is_set():
                 break
             procs[index] = _worker(settings, index)
             started[index] = time.monotonic()
