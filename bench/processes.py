@@ -24,6 +24,7 @@ import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import grpc
 from grpc_health.v1 import health_pb2, health_pb2_grpc
@@ -68,7 +69,7 @@ def spawn(
         )
 
 
-def stop(proc: subprocess.Popen[bytes] | None, timeout: float = 15.0) -> None:
+def stop(proc: subprocess.Popen[Any] | None, timeout: float = 15.0) -> None:
     """SIGTERM, then SIGKILL if it has not exited within `timeout`."""
     if proc is None or proc.poll() is not None:
         return

@@ -4,7 +4,6 @@
 from __future__ import annotations
 
 import asyncio
-import signal
 import subprocess
 import time
 from collections.abc import Iterator
@@ -12,6 +11,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.processes import stop
 from tests.cli.support import REPO, argv, clean_env
 from tests.helpers import unique
 from tests.serverproc import ServerProcess
@@ -69,15 +69,3 @@ def flow_task_list(address: str, cli_dir: Path) -> Iterator[str]:
 def idle_task_list() -> str:
     """A task list no decider polls: its runs stay open until told otherwise."""
     return unique("idle")
-
-
-def stop(proc: subprocess.Popen[bytes] | subprocess.Popen[str]) -> None:
-    """Fixture clean-up: SIGTERM, then SIGKILL if it hangs."""
-    if proc.poll() is not None:
-        return
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait(timeout=10)

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from tests.cli.conftest import stop
-from tests.cli.support import REPO, argv, clean_env, error_line, ok, ok_json, weft
+from tests.cli.support import error_line, ok, ok_json, weft
 from tests.helpers import unique, wait_until
+from tests.workerproc import WorkerProcess
 
 NOTHING = "x = 1\n"
 RAISES = "raise RuntimeError('boom at import')\n"
@@ -97,26 +97,16 @@ def test_worker_usage_errors_exit_2(kind: str, args: list[str], address: str) ->
 # -- the order example on three worker processes ---------------------------------------
 
 
-class Worker:
-    def __init__(self, address: str, log_dir: Path, name: str, kind: str, *args: str) -> None:
-        self.log_path = log_dir / f"{name}.log"
-        with self.log_path.open("wb") as log:
-            self.proc = subprocess.Popen(
-                argv(kind, address, "--identity", name, *args),
-                cwd=REPO,  # so `examples.order` imports as it does for a user in the repo
-                stdin=subprocess.DEVNULL,
-                stdout=log,
-                stderr=subprocess.STDOUT,
-                env=clean_env(),
-                start_new_session=True,
-            )
+class Worker(WorkerProcess):
+    """`weft KIND --address A --identity NAME ARGS…`, started at once."""
 
-    def log(self) -> str:
-        return self.log_path.read_text(errors="replace")
+    def __init__(self, address: str, log_dir: Path, name: str, kind: str, *args: str) -> None:
+        super().__init__(kind, list(args), address, log_dir, name)
+        self.start()
 
     async def logged(self, event: str) -> None:
         async def check() -> bool:
-            assert self.proc.poll() is None, self.log()
+            assert self.running, self.log()
             return f'"event": "{event}"' in self.log()
 
         await wait_until(check, timeout=30)
@@ -129,7 +119,7 @@ def workers() -> Iterator[list[Worker]]:
         yield started
     finally:
         for worker in started:
-            stop(worker.proc)
+            worker.stop()
 
 
 async def test_the_order_example_on_worker_processes(
