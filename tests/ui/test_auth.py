@@ -116,7 +116,7 @@ def test_off_loopback_in_front_of_a_server_that_asks_for_keys(
     """HTTPS, no key of its own, a server with --auth: `weft ui` serves any address."""
     import urllib.request
 
-    from tests.security.certs import issue, make_ca
+    from tests.certs import issue, make_ca
 
     ca = make_ca(tmp_path, "ui-ca")
     pair = issue(ca, tmp_path, "ui", server=True)

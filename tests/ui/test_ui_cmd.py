@@ -79,7 +79,7 @@ def test_sessions_are_bounded_and_rotate() -> None:
 
 
 def test_https_with_a_secure_session_cookie(tmp_path: Path) -> None:
-    from tests.security.certs import issue, make_ca
+    from tests.certs import issue, make_ca
 
     ca = make_ca(tmp_path, "ui-ca")
     pair = issue(ca, tmp_path, "ui", server=True)
@@ -108,7 +108,7 @@ def test_https_with_a_secure_session_cookie(tmp_path: Path) -> None:
 
 
 def _https_args(tmp_path: Path) -> list[str]:
-    from tests.security.certs import issue, make_ca
+    from tests.certs import issue, make_ca
 
     pair = issue(make_ca(tmp_path, "ui-ca"), tmp_path, "ui", server=True)
     return ["--https-cert", str(pair.cert), "--https-key", str(pair.key)]

@@ -30,10 +30,10 @@ from sdk.client import AsyncClient
 from sdk.errors import NotFoundError, PermissionDeniedError, UnauthenticatedError
 from sdk.sync_client import Client
 from sdk.tls import TlsConfig
+from tests.certs import Authority, Pair, Pki, issue
 from tests.cli.support import REPO, argv, clean_env, ok_json, show
+from tests.e2e.security.conftest import good_tls, server_tls_args
 from tests.helpers import schedule, unique, wait_until
-from tests.security.certs import Authority, Pair, Pki, issue
-from tests.security.conftest import good_tls, server_tls_args
 from tests.serverproc import WEFT, ServerProcess
 from tests.workerproc import WorkerProcess
 

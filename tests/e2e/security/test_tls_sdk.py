@@ -16,8 +16,8 @@ from sdk.errors import UnavailableError
 from sdk.retry import RetryPolicy
 from sdk.sync_client import Client
 from sdk.tls import TlsConfig, TlsError
-from tests.security.certs import Pki
-from tests.security.conftest import good_tls
+from tests.certs import Pki
+from tests.e2e.security.conftest import good_tls
 from tests.serverproc import ServerProcess
 
 # Long enough that a retried failure would show as slowness: a TLS refusal is not retried.

@@ -21,8 +21,8 @@ from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.security import auth_matrix_setup
-from tests.security.auth_matrix_setup import (
+from tests.e2e.security import auth_matrix_setup
+from tests.e2e.security.auth_matrix_setup import (
     CALLERS,
     DENIED,
     NOT_FOUND,

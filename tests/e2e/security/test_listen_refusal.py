@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from sdk.addresses import is_loopback
+from tests.certs import Pki
 from tests.cli.support import clean_env, error_line
-from tests.security.certs import Pki
-from tests.security.conftest import good_tls, server_tls_args
+from tests.e2e.security.conftest import good_tls, server_tls_args
 from tests.serverproc import WEFT, ServerProcess, free_port
 
 

@@ -21,9 +21,9 @@ from cryptography import x509
 
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.client import POLL_TIMEOUT, AsyncClient
+from tests.certs import Pair, Pki, issue
+from tests.e2e.security.conftest import good_tls
 from tests.helpers import wait_until
-from tests.security.certs import Pair, Pki, issue
-from tests.security.conftest import good_tls
 from tests.serverproc import ServerProcess, free_port
 
 LONG_POLL = 6.0

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from sdk.tls import TlsConfig
-from tests.security.certs import Pki, make_pki
+from tests.certs import Pki, make_pki
 from tests.serverproc import ServerProcess
 
 

@@ -10,7 +10,7 @@ import pytest
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.security.auth_matrix_setup import Setup, server_config, setup  # noqa: F401
+from tests.e2e.security.auth_matrix_setup import Setup, server_config, setup  # noqa: F401
 
 ACTIVITY = c.TASK_LIST_KIND_ACTIVITY
 

@@ -16,8 +16,8 @@ from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.security import auth_matrix_setup
-from tests.security.auth_matrix_setup import (
+from tests.e2e.security import auth_matrix_setup
+from tests.e2e.security.auth_matrix_setup import (
     BAD_CREDENTIALS,
     CALLERS,
     DENIED,

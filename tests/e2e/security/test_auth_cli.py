@@ -24,11 +24,11 @@ import pytest
 
 from sdk import Client
 from sdk.tls import TlsConfig
+from tests.certs import Pki
 from tests.cli.support import REPO, clean_env, error_line, eventually, ok, ok_json, run_all, show
+from tests.e2e.security.conftest import server_tls_args
+from tests.e2e.security.test_listen_refusal import refused, server
 from tests.helpers import unique
-from tests.security.certs import Pki
-from tests.security.conftest import server_tls_args
-from tests.security.test_listen_refusal import refused, server
 from tests.serverproc import WEFT, ServerProcess, free_port
 
 KEY = re.compile(r"^weft\.(k_[0-9a-f]{12})\.([A-Za-z0-9_-]{20,})$")

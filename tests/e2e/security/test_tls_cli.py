@@ -14,9 +14,9 @@ from typing import Any
 
 import pytest
 
+from tests.certs import Pki
 from tests.cli.support import REPO, argv, clean_env, error_line, ok, ok_json
 from tests.helpers import wait_until
-from tests.security.certs import Pki
 from tests.serverproc import ServerProcess
 from tests.workerproc import WorkerProcess
 
