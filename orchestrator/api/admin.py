@@ -147,7 +147,10 @@ class AdminService(
         replay.check_point(request.point)
         row = await self._store.find_run(ns, req.execution.workflow_id, req.execution.run_id)
         replay.check_replayable(row.status)
-        [first] = await self._store.read_history(row.key.run_id, 1, 1, 1)
+        start = await self._store.read_history(row.key.run_id, 1, 1, 1)
+        if not start:  # purged by retention since it was found
+            raise NotFound(f"workflow {row.key.workflow_id!r} has no such run any more")
+        first = start[0]
         replay.check_step_workflow(row.key.workflow_id, first.workflow_started)
         if row.status == "open":
             await self._store.transact(row.key.run_id, lambda t: replay.replay_in_place(t, request))
