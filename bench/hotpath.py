@@ -116,6 +116,11 @@ def _xacts(args: argparse.Namespace, db_url: str) -> float:
 
 def _start_py_spy(pid: int, log_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
     exe = shutil.which("py-spy") or str(REPO / ".venv/bin/py-spy")
+    if not Path(exe).exists():
+        raise SystemExit(
+            "bench.hotpath: --py-spy needs py-spy, which the bench extra installs"
+            " (make .venv/.bench-installed)"
+        )
     out = log_dir / "server.folded"
     proc = subprocess.Popen(
         [exe, "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(out), "--nonblocking"],

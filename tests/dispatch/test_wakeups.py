@@ -29,6 +29,19 @@ async def test_a_poller_that_left_is_not_woken_in_place_of_one_waiting() -> None
     assert wakeups.waiting_pollers(KEY) == 0
 
 
+async def test_a_poller_leaving_after_its_wake_up_or_hand_off_leaves_the_rest_in_line() -> None:
+    wakeups = Wakeups()
+    woken, handed, waiting = (wakeups.ticket(KEY, take=lambda t, i: None) for _ in range(3))
+    wakeups.wake_pollers(KEY)
+    assert wakeups.taker(KEY) is handed
+    for ticket in (woken, handed, woken):  # leaving twice changes nothing either
+        wakeups.leave(KEY, ticket)
+        assert wakeups.waiting_pollers(KEY) == 1
+    assert wakeups.taker(KEY) is waiting
+    wakeups.leave(KEY, waiting)
+    assert wakeups.waiting_pollers(KEY) == 0
+
+
 async def test_waking_an_empty_list_is_a_no_op_and_other_lists_are_untouched() -> None:
     wakeups = Wakeups()
     other = wakeups.ticket(TaskListKey("default", "activity", "orders"))
