@@ -19,6 +19,9 @@ packages above; `tests/`, `bench/`, `chaos/` and `examples/` may import anything
 from __future__ import annotations
 
 import ast
+import json
+import subprocess
+import sys
 from collections.abc import Iterator
 from functools import cache
 from pathlib import Path
@@ -233,3 +236,20 @@ def test_a_circle_is_found() -> None:
     """The circle check itself, on a graph with one circle and one chain."""
     graph = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}, "e": set()}
     assert _circles(graph) == [["a", "b", "c"]]
+
+
+def test_loading_the_engine_loads_only_the_wire_of_the_sdk() -> None:
+    """At run time too: `sdk/__init__` runs when the engine imports `sdk.api`, and it
+    must not load the clients and workers (it names them lazily)."""
+    engine = sorted(m for m in imports() if m.startswith("orchestrator.engine"))
+    script = (
+        "import importlib, json, sys\n"
+        f"for name in {engine!r}: importlib.import_module(name)\n"
+        "print(json.dumps(sorted(m for m in sys.modules if m.split('.')[0] in ('sdk', 'grpc'))))"
+    )
+    out = subprocess.run(
+        [sys.executable, "-c", script], cwd=ROOT, capture_output=True, text=True, check=True
+    )
+    loaded = json.loads(out.stdout)
+    beyond = [m for m in loaded if m != "sdk" and not m.startswith("sdk.api") and m not in WIRE]
+    assert beyond == []

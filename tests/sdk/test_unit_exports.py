@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -161,3 +165,34 @@ def test_exported_classes_are_classes_and_activity_is_the_decorator() -> None:
         assert isinstance(getattr(sdk, name), type), name
     assert callable(sdk.activity)
     assert type(sdk.activity).__name__ == "_Activity"
+
+
+def test_the_lazy_names_and_the_type_checkers_imports_agree() -> None:
+    """`sdk/__init__` names each export twice: in `_HOMES`, which imports it on first
+    use, and under TYPE_CHECKING for type checkers. Both say the same."""
+    tree = ast.parse(Path(sdk.__file__).read_text())
+    guarded = next(
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "TYPE_CHECKING"
+    )
+    imported = {
+        alias.name: node.module
+        for node in guarded.body
+        if isinstance(node, ast.ImportFrom)
+        for alias in node.names
+    }
+    assert imported == sdk._HOMES
+
+
+def test_activity_is_the_decorator_whatever_was_imported_first() -> None:
+    """`sdk.activity` is also a module: importing it first must not make the name
+    the module (a fresh interpreter, so no earlier import decides it)."""
+    script = (
+        "import sdk.activity_worker, sdk.activity\n"
+        "from sdk import activity\n"
+        "import sdk\n"
+        "assert type(activity).__name__ == '_Activity', activity\n"
+        "assert sdk.activity is activity\n"
+    )
+    subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=60)
