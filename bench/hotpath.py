@@ -10,7 +10,7 @@ warm-up batch, then a timed batch of the `bench-chain` workflow, and prints per
 completed activity: the server's CPU, the RPCs it answered (by method), the SQL
 statements it sent and the transactions it committed (its own counters), and on
 PostgreSQL the transactions the database counted (`pg_stat_database`). With
-`--py-spy` (py-spy installed: `pip install py-spy`), it also samples the server
+`--py-spy` (py-spy comes with the bench extra), it also samples the server
 during the timed batch and prints where its CPU went, by layer and by function.
 """
 
@@ -114,13 +114,18 @@ def _xacts(args: argparse.Namespace, db_url: str) -> float:
     return float(row[0]) if row else 0.0
 
 
-def _start_py_spy(pid: int, log_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+def _py_spy() -> str:
     exe = shutil.which("py-spy") or str(REPO / ".venv/bin/py-spy")
     if not Path(exe).exists():
         raise SystemExit(
             "bench.hotpath: --py-spy needs py-spy, which the bench extra installs"
             " (make .venv/.bench-installed)"
         )
+    return exe
+
+
+def _start_py_spy(pid: int, log_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
+    exe = _py_spy()
     out = log_dir / "server.folded"
     proc = subprocess.Popen(
         [exe, "record", "-p", str(pid), "-f", "raw", "-r", "200", "-o", str(out), "--nonblocking"],
@@ -205,6 +210,8 @@ def main(argv: list[str] | None = None) -> None:
         help="sample this process (default: the server) with py-spy",
     )
     args = parser.parse_args(argv)
+    if args.py_spy:
+        _py_spy()  # said before anything starts, not after the warm-up
     with tempfile.TemporaryDirectory(prefix="weft-hotpath-") as tmp:
         log_dir = Path(tmp) if not args.py_spy else Path(tempfile.mkdtemp(prefix="weft-spy-"))
         result = asyncio.run(profile(args, log_dir))

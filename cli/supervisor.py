@@ -52,7 +52,8 @@ def _worker(settings: dict[str, str], index: int) -> subprocess.Popen[bytes]:
 def supervise(settings: dict[str, str], workers: int) -> int:
     """Run `workers` server processes until SIGTERM or SIGINT; 0 if they all
     stopped cleanly."""
-    # An Event, not a bool: the signal handler sets it between the loop's checks.
+    # An Event rather than a bool the handler rebinds: the flag changes behind
+    # the loop's back, which a type checker narrowing a local cannot see.
     stopping = threading.Event()
     procs: list[subprocess.Popen[bytes]] = []
 

@@ -9,10 +9,11 @@ Everything public is re-exported here; the modules behind it may move.
 
 from __future__ import annotations
 
-import importlib
-import sys
-import types
-from typing import TYPE_CHECKING, Any
+import importlib as _importlib
+import importlib.util as _importlib_util
+import sys as _sys
+import types as _types
+from typing import TYPE_CHECKING
 
 # Each public name and the module it lives in, imported on its first use (PEP 562):
 # the server's engine reads only the wire (`sdk.api`) and two grammars of this
@@ -253,29 +254,35 @@ if TYPE_CHECKING:  # the same names, for type checkers (a test holds the two equ
     )
 
 
-def __getattr__(name: str) -> Any:
-    home = _HOMES.get(name)
-    if home is None:
-        raise AttributeError(f"module 'sdk' has no attribute {name!r}")
-    value = getattr(importlib.import_module(home), name)
-    globals()[name] = value  # once: later uses find it directly
-    return value
+if not TYPE_CHECKING:  # (for type checkers the names above are the whole surface)
+
+    def __getattr__(name):
+        """A public name, imported on its first use; or a submodule, as
+        `sdk.errors` was loaded by this file before its names were lazy."""
+        home = _HOMES.get(name)
+        if home is not None:
+            value = getattr(_importlib.import_module(home), name)
+        elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
+            value = _importlib.import_module(f"{__name__}.{name}")
+        else:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        globals()[name] = value  # once: later uses find it directly
+        return value
+
+    def __dir__():
+        return sorted({n for n in globals() if not n.startswith("_")} | set(__all__))
 
 
-def __dir__() -> list[str]:
-    return sorted(set(globals()) | set(__all__))
-
-
-class _Package(types.ModuleType):
+class _Package(_types.ModuleType):
     """`sdk.activity` is both a module and the decorator it defines, and the name
     is the decorator's. Importing the module would set the package's attribute to
     the module (as importing it did before this file bound the decorator over it
     eagerly): that is ignored, so `sdk.activity` stays what `__getattr__` gives."""
 
     def __setattr__(self, name: str, value: object) -> None:
-        if name in _HOMES and isinstance(value, types.ModuleType):
+        if name in _HOMES and isinstance(value, _types.ModuleType):
             return
         super().__setattr__(name, value)
 
 
-sys.modules[__name__].__class__ = _Package
+_sys.modules[__name__].__class__ = _Package

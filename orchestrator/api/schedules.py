@@ -208,9 +208,10 @@ class SchedulesAdmin(ServiceBase):
 
         def apply(row: ScheduleRow) -> ScheduleRow:
             # From now on the new spec: its slots before now are not fired. The
-            # old spec's slots that came and were not started yet (waiting out
-            # their jitter, or due since the runner's last pass) start at once.
+            # old spec's slots in flight (waiting out their jitter, or due since
+            # the runner's last pass) start at once.
             owed, missed = rules.owed_slots(row, now)
+            owed = [slot for slot in owed if slot not in row.pending]
             room = max(0, MAX_PENDING - len(row.pending))
             owed, missed = owed[:room], missed + len(owed[room:])
             return replace(

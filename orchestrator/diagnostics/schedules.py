@@ -13,7 +13,7 @@ from datetime import datetime, timedelta
 
 from orchestrator.diagnostics.facts import Facts
 from orchestrator.diagnostics.findings import SCHEDULE_MISSED_SLOTS, Finding
-from orchestrator.schedules.runner import spec_of, start_time
+from orchestrator.schedules.runner import cursor_of, spec_of, start_time
 from orchestrator.schedules.spec import SpecError
 from orchestrator.store.schedules import ScheduleRow
 
@@ -57,8 +57,6 @@ def _late_slots(row: ScheduleRow, facts: Facts) -> list[datetime]:
         spec = spec_of(row)
     except SpecError:
         return []
-    cursor = row.last_slot or row.created_at
-    if row.start_at is not None and row.start_at > cursor:
-        cursor = row.start_at - timedelta(microseconds=1)
+    cursor = cursor_of(row)
     until = facts.now if row.end_at is None else min(facts.now, row.end_at)
     return spec.fire_times(cursor, until, MAX_LATE_SLOTS)

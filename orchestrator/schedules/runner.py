@@ -41,7 +41,7 @@ from orchestrator.store.store import Store
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 
-from .spec import Spec, jitter_for, slot_text
+from .spec import Spec, SpecError, jitter_for, slot_text
 
 log = structlog.get_logger("weft.schedules")
 
@@ -85,7 +85,7 @@ def start_time(row: ScheduleRow, slot: datetime) -> datetime:
         return NEVER
 
 
-def _cursor(row: ScheduleRow) -> datetime:
+def cursor_of(row: ScheduleRow) -> datetime:
     """The time after which the row's slots are still to be handled."""
     cursor = row.last_slot or row.created_at
     if row.start_at is not None and row.start_at > cursor:
@@ -99,13 +99,20 @@ def _window(row: ScheduleRow) -> timedelta:
 
 
 def owed_slots(row: ScheduleRow, now: datetime) -> tuple[list[datetime], int]:
-    """The slots of the row's spec that came by `now` and that no pass has handled
-    yet (one waiting out its jitter, or due since the last pass), with how many of
-    them are past their catch-up window: what a change of spec must not drop.
-    (A paused schedule passes its slots over, so it owes none.)"""
+    """The slots in flight when the row's spec changes: come by `now`, not yet
+    started only because they wait out their jitter or came since the runner's
+    last pass (so at most the jitter and two passes ago), with how many of them
+    are past their catch-up window. Older slots that no pass reached (no node
+    led) are passed over by a change of spec, as ever. A paused schedule, and
+    one whose stored spec no longer parses (its zone was removed), owe none."""
     if row.paused:
         return [], 0
-    spec, cursor, window = spec_of(row), _cursor(row), _window(row)
+    try:
+        spec = spec_of(row)
+    except SpecError:
+        return [], 0
+    in_flight = now - timedelta(seconds=row.jitter) - 2 * ON_TIME
+    cursor, window = max(cursor_of(row), in_flight), _window(row)
     owed: list[datetime] = []
     missed = 0
     for _ in range(SLOTS_PER_PASS):
@@ -224,7 +231,7 @@ class ScheduleRunner:
         """The scheduled slots to start now; the missed ones are counted and passed."""
         if row.paused:
             return row, [], None
-        spec, cursor, window = spec_of(row), _cursor(row), _window(row)
+        spec, cursor, window = spec_of(row), cursor_of(row), _window(row)
         slots: list[datetime] = []
         handled, missed, due = row.last_slot, 0, None
         for _ in range(SLOTS_PER_PASS):

@@ -16,6 +16,7 @@ interval specs are), and ignores the time zone.
 
 from __future__ import annotations
 
+import errno
 import hashlib
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -28,6 +29,7 @@ EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
 SEARCH_DAYS = 8 * 366
 # The largest jump of any zone's clocks that fold=0 can reorder matches across.
 SETTLE = timedelta(hours=3)
+_NOT_A_ZONE = frozenset({errno.ENAMETOOLONG, errno.EISDIR, errno.ENOTDIR})
 MIN_EVERY = timedelta(seconds=1)
 # Where a new cron is tried: one that matches no date from here never fires.
 _PROBE = datetime(2024, 1, 1, tzinfo=UTC)
@@ -135,9 +137,15 @@ def zone(name: str) -> ZoneInfo:
         return ZoneInfo("UTC")
     try:
         return ZoneInfo(name)
-    except (ZoneInfoNotFoundError, ValueError, OSError) as exc:
-        # (OSError: a name too long for a file, or a folder of zones, when the
-        # zones are read from the tzdata package rather than the system.)
+    except OSError as exc:
+        # A name too long for a file, or a folder of zones (seen when the zones
+        # come from the tzdata package): unknown. Any other OSError is the machine's.
+        if exc.errno not in _NOT_A_ZONE:
+            raise
+        raise SpecError(
+            f"unknown time zone {name!r} (use an IANA name such as Europe/Brussels)"
+        ) from exc
+    except (ZoneInfoNotFoundError, ValueError) as exc:
         raise SpecError(
             f"unknown time zone {name!r} (use an IANA name such as Europe/Brussels)"
         ) from exc

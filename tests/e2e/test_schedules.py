@@ -362,20 +362,26 @@ async def test_an_update_keeps_the_old_slot_waiting_out_its_jitter(stubs: Stubs)
     """A slot that came under the old spec but waits out its jitter when the spec
     changes still starts (it used to be passed over with the old spec)."""
     admin, stub = stubs
-    name, period, jitter = unique("jittered"), 4, 3.9
-    await admin.CreateSchedule(every(name, period, overlap="allow", jitter=dur(jitter)))
-    # The first coming slot whose jittered start leaves time to update in between.
-    now = datetime.now(UTC).timestamp()
-    slot = datetime.fromtimestamp((now // period + 1) * period, UTC)
-    delay = timedelta(seconds=jitter)
-    while jitter_for(f"default/{name}/{slot_text(slot)}", delay) < timedelta(seconds=1.5):
+    name, period, jitter = unique("jittered"), 4, timedelta(seconds=3.9)
+    await admin.CreateSchedule(every(name, period, overlap="allow", jitter=dur(3.9)))
+    now = datetime.now(UTC)
+    slot = datetime.fromtimestamp((now.timestamp() // period + 1) * period, UTC)
+    for _ in range(20):
+        # A slot whose start its jitter puts at least 1.5 s after it; the update
+        # must land at least 0.5 s before that start, which the runner never
+        # comes before. On a machine too slow for that, try the next slot.
+        delay = jitter_for(f"default/{name}/{slot_text(slot)}", jitter)
+        if delay >= timedelta(seconds=1.5):
+            await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds()) + 0.2)
+            if datetime.now(UTC) < slot + delay - timedelta(seconds=0.5):
+                break
         slot += timedelta(seconds=period)
-    await asyncio.sleep(max(0.0, (slot - datetime.now(UTC)).total_seconds()) + 0.3)
-    slot_id = f"{name}/{slot_text(slot)}"
-    assert slot_id not in {r.workflow_id for r in (await describe(admin, name)).recent_runs}
-    spec = (await describe(admin, name)).schedule
-    spec.every.CopyFrom(dur(3600))
+    else:
+        pytest.fail("no slot left time to update between it and its jittered start")
+    spec = sc.Schedule()
+    spec.CopyFrom(every(name, 3600, overlap="allow", jitter=dur(3.9)).schedule)
     await admin.UpdateSchedule(sc.UpdateScheduleRequest(schedule=spec))
+    slot_id = f"{name}/{slot_text(slot)}"
 
     async def started() -> bool:
         return slot_id in {r.workflow_id for r in (await describe(admin, name)).recent_runs}

@@ -48,10 +48,10 @@ def test_the_pass_starts_what_it_can_and_waits_for_ever_on_the_rest() -> None:
     runner = ScheduleRunner(cast(Any, None), cast(Any, None), lambda: True)
     day_before = LAST_DAY - timedelta(days=1)
     now = LAST_DAY + timedelta(hours=12)
-    begun = start_time(row, day_before) <= now
+    assert start_time(row, day_before) <= now  # (its jitter, fixed per slot, has passed)
     new, slots, due = runner._due_slots(row, now)
-    # The day before the last starts once its jitter has passed; the last day's
-    # slot can never start, so the pass waits on it for ever, without raising.
-    assert slots == ([day_before] if begun else [])
-    assert due == (NEVER if begun else start_time(row, day_before))
-    assert new.last_slot == (day_before if begun else None)
+    # The day before the last starts; the last day's slot can never start, so the
+    # pass waits on it for ever, without raising.
+    assert slots == [day_before]
+    assert due == NEVER
+    assert new.last_slot == day_before
