@@ -26,6 +26,7 @@ from orchestrator.diagnostics.findings import (
 from orchestrator.diagnostics.schedules import schedule_findings
 from orchestrator.engine.state import RunKey
 from orchestrator.store.schedules import ScheduleRow
+from tests.schedule_rows import schedule_row
 
 NOW = datetime(2026, 11, 25, 12, 0, 0, tzinfo=UTC)
 A, B, C, D = (RunKey("default", f"wf-{x}", f"run-{x}") for x in "abcd")
@@ -172,24 +173,15 @@ def test_findings_come_most_urgent_first_and_name_their_runs() -> None:
 def schedule(
     name: str, *, created: float, last: float | None = None, every: float = 60
 ) -> ScheduleRow:
-    return ScheduleRow(
-        namespace="default",
+    return schedule_row(
+        ago(created),
         name=name,
-        workflow_type="report",
         task_list="",
-        input=None,
-        cron="",
         every=every,
         timezone="UTC",
         overlap="skip",
         catch_up_window=3600,
         jitter=0,
-        start_at=None,
-        end_at=None,
-        paused=False,
-        note="",
-        created_at=ago(created),
-        updated_at=ago(created),
         last_slot=ago(last) if last is not None else None,
         missed=2,
     )

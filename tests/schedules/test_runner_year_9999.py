@@ -9,29 +9,19 @@ from typing import Any, cast
 
 from orchestrator.schedules.runner import NEVER, ScheduleRunner, start_time
 from orchestrator.store.schedules import ScheduleRow
+from tests.schedule_rows import schedule_row
 
 LAST_DAY = datetime(9999, 12, 31, tzinfo=UTC)
 
 
 def daily(jitter: float) -> ScheduleRow:
-    return ScheduleRow(
-        namespace="default",
+    return schedule_row(
+        LAST_DAY - timedelta(days=2),
         name="late",
-        workflow_type="report",
-        task_list="tl",
-        input=None,
-        cron="",
         every=86400.0,
-        timezone="",
-        overlap="allow",
         catch_up_window=86400.0,
         jitter=jitter,
         start_at=LAST_DAY - timedelta(days=1),
-        end_at=None,
-        paused=False,
-        note="",
-        created_at=LAST_DAY - timedelta(days=2),
-        updated_at=LAST_DAY - timedelta(days=2),
     )
 
 

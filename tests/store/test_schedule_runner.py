@@ -19,6 +19,7 @@ from orchestrator.metrics import Metrics
 from orchestrator.schedules.runner import ScheduleRunner, start_time
 from orchestrator.store.schedules import ScheduleRow
 from orchestrator.store.store import Store
+from tests.schedule_rows import schedule_row
 
 
 def utc(text: str) -> datetime:
@@ -59,26 +60,13 @@ async def service_of(store: Store) -> WorkflowService:
 
 
 def row(name: str, created: str, **fields: object) -> ScheduleRow:
-    base = ScheduleRow(
-        namespace="default",
-        name=name,
-        workflow_type="report",
-        task_list="tl",
-        input=None,
-        cron="30 2 * * *",
-        every=None,
-        timezone="Europe/Brussels",
-        overlap="allow",
-        catch_up_window=365 * 86400.0,
-        jitter=0.0,
-        start_at=None,
-        end_at=None,
-        paused=False,
-        note="",
-        created_at=utc(created),
-        updated_at=utc(created),
-    )
-    return replace(base, **fields)  # type: ignore[arg-type]
+    base = {
+        "cron": "30 2 * * *",
+        "every": None,
+        "timezone": "Europe/Brussels",
+        "catch_up_window": 365 * 86400.0,
+    }
+    return schedule_row(utc(created), name=name, **{**base, **fields})
 
 
 async def ids(store: Store, name: str) -> list[str]:
