@@ -29,7 +29,6 @@ log = structlog.get_logger("weft.api")
 NAME_LENGTH = 200
 DEFAULT_CATCH_UP = timedelta(days=365)  # Temporal's default
 MAX_BACKFILL = 1000
-MAX_PENDING = 1000
 DEFAULT_NEXT, MAX_NEXT = 5, 100
 _NOTE_LENGTH = 1000
 
@@ -211,9 +210,6 @@ class SchedulesAdmin(ServiceBase):
             # old spec's slots in flight (waiting out their jitter, or due since
             # the runner's last pass) start at once.
             owed, missed = rules.owed_slots(row, now)
-            owed = [slot for slot in owed if slot not in row.pending]
-            room = max(0, MAX_PENDING - len(row.pending))
-            owed, missed = owed[:room], missed + len(owed[room:])
             return replace(
                 new,
                 paused=row.paused,
@@ -268,10 +264,10 @@ class SchedulesAdmin(ServiceBase):
 
     async def _add_pending(self, ns: str, name: str, slots: list[datetime]) -> None:
         def apply(row: ScheduleRow) -> ScheduleRow:
-            if len(row.pending) + len(slots) > MAX_PENDING:
+            if len(row.pending) + len(slots) > rules.MAX_PENDING:
                 raise ResourceExhausted(
                     f"schedule {name!r} has {len(row.pending)} slots waiting to start;"
-                    f" at most {MAX_PENDING} may wait"
+                    f" at most {rules.MAX_PENDING} may wait"
                 )
             return replace(row, pending=(*row.pending, *slots))
 

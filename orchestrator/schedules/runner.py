@@ -57,6 +57,8 @@ ON_TIME = timedelta(seconds=PASS)
 # Slots looked at per schedule and pass: a long outage is worked through over
 # several passes instead of one that holds the loop.
 SLOTS_PER_PASS = 500
+# Slots that may wait to start at once (triggers, backfills, an update's owed slots).
+MAX_PENDING = 1000
 # Every start of a slot carries this request id; with the slot's workflow id it
 # makes a second start of the slot answer with the first one's run.
 REQUEST_ID = "schedule"
@@ -104,7 +106,9 @@ def owed_slots(row: ScheduleRow, now: datetime) -> tuple[list[datetime], int]:
     last pass (so at most the jitter and two passes ago), with how many of them
     are past their catch-up window. Older slots that no pass reached (no node
     led) are passed over by a change of spec, as ever. A paused schedule, and
-    one whose stored spec no longer parses (its zone was removed), owe none."""
+    one whose stored spec no longer parses (its zone was removed), owe none.
+    A slot already pending is not owed again, and those the pending list has no
+    room for (MAX_PENDING) are counted missed."""
     if row.paused:
         return [], 0
     try:
@@ -124,7 +128,9 @@ def owed_slots(row: ScheduleRow, now: datetime) -> tuple[list[datetime], int]:
         else:
             owed.append(slot)
         cursor = slot
-    return owed, missed
+    owed = [slot for slot in owed if slot not in row.pending]
+    room = max(0, MAX_PENDING - len(row.pending))
+    return owed[:room], missed + len(owed[room:])
 
 
 class ScheduleRunner:

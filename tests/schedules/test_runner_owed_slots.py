@@ -5,38 +5,18 @@ none for a paused schedule, none after the end time."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
-from orchestrator.schedules.runner import owed_slots, start_time
+from orchestrator.schedules.runner import MAX_PENDING, owed_slots, start_time
 from orchestrator.store.schedules import ScheduleRow
+from tests.schedule_rows import schedule_row
 
 T0 = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 MINUTE = timedelta(minutes=1)
 
 
 def minutely(**fields: object) -> ScheduleRow:
-    row = ScheduleRow(
-        namespace="default",
-        name="m",
-        workflow_type="report",
-        task_list="tl",
-        input=None,
-        cron="",
-        every=60.0,
-        timezone="",
-        overlap="allow",
-        catch_up_window=3600.0,
-        jitter=0.0,
-        start_at=None,
-        end_at=None,
-        paused=False,
-        note="",
-        created_at=T0,
-        updated_at=T0,
-        last_slot=T0,
-    )
-    return replace(row, **fields)  # type: ignore[arg-type]
+    return schedule_row(T0, **{"name": "m", "last_slot": T0, **fields})
 
 
 SECOND = timedelta(seconds=1)
@@ -77,3 +57,13 @@ def test_paused_ended_not_yet_started_and_unreadable_schedules_owe_nothing() -> 
     # so updating the schedule still repairs it.
     gone = minutely(every=None, cron="* * * * *", timezone="Mars/Olympus")
     assert owed_slots(gone, now) == ([], 0)
+
+
+def test_a_slot_already_pending_is_not_owed_twice_and_a_full_list_owes_as_missed() -> None:
+    slot = T0 + MINUTE
+    now = slot + SECOND
+    assert owed_slots(minutely(pending=(slot,)), now) == ([], 0)
+    full = tuple(T0 - n * SECOND for n in range(1, MAX_PENDING + 1))
+    assert owed_slots(minutely(pending=full), now) == ([], 1)
+    nearly = full[1:]
+    assert owed_slots(minutely(pending=nearly), now) == ([slot], 0)
