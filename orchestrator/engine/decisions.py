@@ -257,16 +257,14 @@ def _schedule_activity(
         attrs.input.CopyFrom(a.input)
     for name in _TIMEOUT_FIELDS:
         proto_field = f"{name}_timeout"
-        requested = getattr(a, proto_field) if a.HasField(proto_field) else None  # type: ignore[arg-type]
-        registered_value: float | None = getattr(registered, name)
+        if a.HasField(proto_field):  # type: ignore[arg-type]
+            # The request's own, copied exactly (first in the precedence).
+            getattr(attrs, proto_field).CopyFrom(getattr(a, proto_field))
+            continue
         server = ctx.defaults.activity_start_to_close if name == "start_to_close" else None
-        value = first_given(
-            requested,
-            duration(registered_value) if registered_value is not None else None,
-            duration(server) if server is not None else None,
-        )
-        if value is not None:
-            getattr(attrs, proto_field).CopyFrom(value)
+        seconds: float | None = first_given(None, getattr(registered, name), server)
+        if seconds is not None:
+            getattr(attrs, proto_field).CopyFrom(duration(seconds))
     t.emit(attrs)
 
 
