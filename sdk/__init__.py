@@ -262,12 +262,15 @@ if not TYPE_CHECKING:  # (for type checkers the names above are the whole surfac
         home = _HOMES.get(name)
         if home is not None:
             value = getattr(_importlib.import_module(home), name)
-        elif not name.startswith("_") and _importlib_util.find_spec(f"{__name__}.{name}"):
+        elif name.isidentifier() and not name.startswith("_") and _submodule(name):
             value = _importlib.import_module(f"{__name__}.{name}")
         else:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
         globals()[name] = value  # once: later uses find it directly
         return value
+
+    def _submodule(name):
+        return _importlib_util.find_spec(f"{__name__}.{name}") is not None
 
     def __dir__():
         return sorted({n for n in globals() if not n.startswith("_")} | set(__all__))

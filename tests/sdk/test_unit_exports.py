@@ -196,3 +196,11 @@ def test_activity_is_the_decorator_whatever_was_imported_first() -> None:
         "assert sdk.activity is activity\n"
     )
     subprocess.run([sys.executable, "-c", script], check=True, capture_output=True, timeout=60)
+
+
+def test_submodules_are_attributes_and_other_names_are_not() -> None:
+    """`import sdk; sdk.errors` works as when this file imported its modules
+    eagerly; a name that is neither export nor submodule is an AttributeError."""
+    assert sdk.errors is importlib.import_module("sdk.errors")
+    for name in ("nope", "a.b", "_hidden"):
+        assert not hasattr(sdk, name)
