@@ -33,7 +33,7 @@ from sdk.activity import (
     set_context,
 )
 from sdk.api.weft.v1 import service_pb2 as s
-from sdk.client import POLL_TIMEOUT, AsyncClient
+from sdk.client import AsyncClient
 from sdk.errors import (
     ActivityCancelledError,
     ActivityFailure,
@@ -43,7 +43,7 @@ from sdk.errors import (
     WeftError,
 )
 from sdk.sync_client import Client
-from sdk.worker import DEFAULT_GRACE, Worker
+from sdk.worker import DEFAULT_GRACE, Lane, Worker
 
 log = structlog.get_logger("weft.runner")
 
@@ -59,6 +59,7 @@ class ActivityWorker(Worker):
     """
 
     kind = "activity"
+    poll_method = "PollForActivityTask"
 
     def __init__(
         self,
@@ -97,22 +98,22 @@ class ActivityWorker(Worker):
             # stopped; do not wait for them.
             self._pool.shutdown(wait=False, cancel_futures=True)
 
-    async def _poll(
-        self, task_list: str, connection: AsyncClient
-    ) -> tuple[str, s.PollForActivityTaskResponse] | None:
-        resp: s.PollForActivityTaskResponse = await connection.rpc(
-            "PollForActivityTask",
-            s.PollForActivityTaskRequest(
-                namespace=self.client.namespace,
-                task_list=task_list,
-                identity=self.identity,
-                worker_session_id=self.session.id,
-            ),
-            timeout=POLL_TIMEOUT,
+    def _poll_request(self, task_list: str) -> s.PollForActivityTaskRequest:
+        return s.PollForActivityTaskRequest(
+            namespace=self.client.namespace,
+            task_list=task_list,
+            identity=self.identity,
+            worker_session_id=self.session.id,
         )
+
+    def _task_of(
+        self, task_list: str, resp: s.PollForActivityTaskResponse
+    ) -> tuple[str, s.PollForActivityTaskResponse] | None:
         return (task_list, resp) if resp.task_token else None
 
-    async def _handle(self, item: tuple[str, s.PollForActivityTaskResponse]) -> None:
+    async def _handle(
+        self, item: tuple[str, s.PollForActivityTaskResponse], lane: Lane
+    ) -> tuple[str, s.PollForActivityTaskResponse] | None:
         task_list, task = item
         info = _info(task, self.client.namespace, task_list)
         where = {
@@ -136,10 +137,10 @@ class ActivityWorker(Worker):
         except asyncio.CancelledError:
             if beat.expired:
                 log.warning("activity.deadline_passed", outcome="stopped, not answered", **where)
-                return
+                return None
             if beat.cancel_requested:
                 await self._canceled(task.task_token, where)
-                return
+                return None
             # The worker is shutting down past its grace: say so now, so the
             # decider can retry at once instead of at a timeout.
             shutdown = ActivityFailure("the worker shut down", reason="WorkerShutdown")
@@ -147,13 +148,13 @@ class ActivityWorker(Worker):
             raise
         except ActivityCancelledError:
             await self._canceled(task.task_token, where)
-            return
+            return None
         except Exception as exc:
             await self._fail(task.task_token, where, exc)
-            return
+            return None
         finally:
             beat.stop()
-        await self._complete(task.task_token, where, result)
+        return await self._complete(task.task_token, where, result, lane)
 
     async def _run(
         self,
@@ -189,29 +190,44 @@ class ActivityWorker(Worker):
                 expiry.cancel()
             reset_context(token)
 
-    async def _complete(self, token: bytes, where: dict[str, Any], result: Any) -> None:
+    async def _complete(
+        self, token: bytes, where: dict[str, Any], result: Any, lane: Lane
+    ) -> tuple[str, s.PollForActivityTaskResponse] | None:
+        """Send the result, with the lane's next poll when it may fold one in;
+        the task that poll got, if any."""
         try:
             payload = self.client.converter.encode(result)
         except (TypeError, ValueError) as exc:
             await self._fail(token, where, exc)
-            return
+            return None
         req = s.RespondActivityTaskCompletedRequest(
             task_token=token, result=payload, identity=self.identity
         )
+        poll = self._fold(lane)
         try:
-            await self.client.rpc("RespondActivityTaskCompleted", req)
+            if poll is None:
+                resp = await self.client.rpc("RespondActivityTaskCompleted", req)
+            else:
+                req.next_poll.CopyFrom(poll)
+                resp = await self._answer_folded(
+                    lane,
+                    "RespondActivityTaskCompleted",
+                    req,
+                    s.RespondActivityTaskCompletedResponse,
+                )
         except InvalidArgumentError as exc:
             # CONTRACT: a result over the limit fails the activity at once.
             reason = PAYLOAD_TOO_LARGE if "payload" in exc.message else "ResultRefused"
             await self._fail(token, where, ActivityFailure(exc.message, reason=reason))
-            return
+            return None
         except (NotFoundError, FailedPreconditionError):
             log.warning("activity.stale", outcome="completed", **where)
-            return
+            return None
         except WeftError as exc:
             log.error("activity.answer_failed", outcome="completed", error=exc.message, **where)
-            return
+            return None
         log.info("activity.completed", **where)
+        return self._task_of(lane.task_list, resp.next_task)
 
     async def _fail(self, token: bytes, where: dict[str, Any], exc: BaseException) -> None:
         reason, details, non_retryable = failure_of(exc)

@@ -51,14 +51,17 @@ class RunCache:
         return entry
 
     def keep(self, run_id: str, entry: CachedRun) -> None:
-        """After a task of the run completed: the history as of that task."""
+        """As a task of the run is answered: the history as of that task."""
         self._runs[run_id] = entry
         self._runs.move_to_end(run_id)
         while len(self._runs) > self._size:
             self._runs.popitem(last=False)
 
-    def forget(self, run_id: str) -> None:
-        self._runs.pop(run_id, None)
+    def forget(self, run_id: str, entry: CachedRun) -> None:
+        """A task's answer was not taken: drop what `keep` held for it (unless a
+        later task of the run has replaced it already)."""
+        if self._runs.get(run_id) is entry:
+            del self._runs[run_id]
 
     def __len__(self) -> int:
         return len(self._runs)

@@ -31,7 +31,7 @@ import structlog
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1.history_pb2 import HistoryEvent
-from sdk.client import POLL_TIMEOUT, AsyncClient
+from sdk.client import AsyncClient
 from sdk.converter import PayloadDecodeError
 from sdk.decider import Decider, DecisionTask
 from sdk.decider_cache import DEFAULT_SIZE as DEFAULT_CACHE_SIZE
@@ -40,7 +40,7 @@ from sdk.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedErr
 from sdk.events import Event, event_from_proto
 from sdk.history import Fold
 from sdk.sync_client import Client
-from sdk.worker import DEFAULT_GRACE, Worker
+from sdk.worker import DEFAULT_GRACE, Lane, Worker
 
 log = structlog.get_logger("weft.decider")
 
@@ -72,6 +72,7 @@ class DeciderWorker(Worker):
     """
 
     kind = "decision"
+    poll_method = "PollForDecisionTask"
 
     def __init__(
         self,
@@ -164,23 +165,23 @@ class DeciderWorker(Worker):
         step definition)."""
         return self.deciders.get((name, version)) or self.deciders.get((name, "")) or self.fallback
 
-    async def _poll(
-        self, task_list: str, connection: AsyncClient
-    ) -> s.PollForDecisionTaskResponse | None:
-        resp: s.PollForDecisionTaskResponse = await connection.rpc(
-            "PollForDecisionTask",
-            s.PollForDecisionTaskRequest(
-                namespace=self.client.namespace,
-                task_list=task_list,
-                identity=self.identity,
-                cache_id=self.cache.id if self.cache else "",
-                worker_session_id=self.session.id,
-            ),
-            timeout=POLL_TIMEOUT,
+    def _poll_request(self, task_list: str) -> s.PollForDecisionTaskRequest:
+        return s.PollForDecisionTaskRequest(
+            namespace=self.client.namespace,
+            task_list=task_list,
+            identity=self.identity,
+            cache_id=self.cache.id if self.cache else "",
+            worker_session_id=self.session.id,
         )
+
+    def _task_of(
+        self, task_list: str, resp: s.PollForDecisionTaskResponse
+    ) -> s.PollForDecisionTaskResponse | None:
         return resp if resp.task_token else None
 
-    async def _handle(self, resp: s.PollForDecisionTaskResponse) -> None:
+    async def _handle(
+        self, resp: s.PollForDecisionTaskResponse, lane: Lane
+    ) -> s.PollForDecisionTaskResponse | None:
         where = {
             "workflow_id": resp.workflow_execution.workflow_id,
             "run_id": resp.workflow_execution.run_id,
@@ -191,10 +192,10 @@ class DeciderWorker(Worker):
             held = await self._history(resp)
         except PayloadDecodeError as exc:
             await self._cannot_decide(resp, "UNDECODABLE_HISTORY", exc, where)
-            return
+            return None
         except WeftError as exc:
             await self._cannot_decide(resp, "HISTORY_UNAVAILABLE", exc, where)
-            return
+            return None
         task = DecisionTask(
             workflow_id=resp.workflow_execution.workflow_id,
             run_id=resp.workflow_execution.run_id,
@@ -222,9 +223,18 @@ class DeciderWorker(Worker):
                 else "DECIDER_EXCEPTION"
             )
             await self._cannot_decide(resp, cause, exc, where)
-            return
-        if await self._respond(resp.task_token, task, where) and self.cache is not None:
+            return None
+        if self.cache is not None:
+            # Held before the answer goes: once it is written, the run's next
+            # task may come to another poll of this worker while this answer's
+            # folded poll still waits.
             self.cache.keep(task.run_id, held)
+        answered = await self._respond(resp.task_token, task, where, lane)
+        if answered is None:
+            if self.cache is not None:
+                self.cache.forget(task.run_id, held)
+            return None
+        return self._task_of(lane.task_list, answered.next_task)
 
     async def _history(self, resp: s.PollForDecisionTaskResponse) -> CachedRun:
         """The task's history and its fold: the cached run carried on with the
@@ -294,35 +304,48 @@ class DeciderWorker(Worker):
             token = page.next_page_token
         return raw
 
-    async def _respond(self, token: bytes, task: DecisionTask, where: dict[str, Any]) -> bool:
-        """Answer with the task's decisions; whether they were taken."""
+    async def _respond(
+        self, token: bytes, task: DecisionTask, where: dict[str, Any], lane: Lane
+    ) -> s.RespondDecisionTaskCompletedResponse | None:
+        """Answer with the task's decisions, and the lane's next poll when it may
+        fold one in; the response if the decisions were taken, else None."""
         converter = self.client.converter
         try:
             decisions = [decision.to_proto(converter) for decision in task.decisions]
-            await self.client.rpc(
-                "RespondDecisionTaskCompleted",
-                s.RespondDecisionTaskCompletedRequest(
-                    task_token=token,
-                    decisions=decisions,
-                    identity=self.identity,
-                    cache_id=self.cache.id if self.cache else "",
-                ),
+            req = s.RespondDecisionTaskCompletedRequest(
+                task_token=token,
+                decisions=decisions,
+                identity=self.identity,
+                cache_id=self.cache.id if self.cache else "",
             )
+            poll = self._fold(lane)
+            if poll is None:
+                resp: s.RespondDecisionTaskCompletedResponse = await self.client.rpc(
+                    "RespondDecisionTaskCompleted", req
+                )
+            else:
+                req.next_poll.CopyFrom(poll)
+                resp = await self._answer_folded(
+                    lane,
+                    "RespondDecisionTaskCompleted",
+                    req,
+                    s.RespondDecisionTaskCompletedResponse,
+                )
         except NotFoundError:
             log.warning("decision.stale", **where)
-            return False
+            return None
         except (InvalidArgumentError, ResourceExhaustedError, TypeError, ValueError) as exc:
             # The server refused the decisions as a whole (a payload over the
             # limit, a bad name): record why in the history.
             message = exc.message if isinstance(exc, WeftError) else str(exc)
             log.error("decision.refused", error=message, attempt=task.attempt, **where)
             await self._fail_task(token, "BAD_DECISIONS", {"message": message}, where)
-            return False
+            return None
         except WeftError as exc:
             log.error("decision.answer_failed", error=exc.message, **where)
-            return False
+            return None
         log.info("decision.completed", decisions=[d.kind for d in task.decisions], **where)
-        return True
+        return resp
 
     async def _cannot_decide(
         self,

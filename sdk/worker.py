@@ -13,14 +13,14 @@ import concurrent.futures
 import os
 import signal
 import threading
-from collections.abc import Coroutine, Sequence
+from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
-from sdk.client import AsyncClient
-from sdk.errors import FailedPreconditionError, UnavailableError, WeftError
+from sdk.client import POLL_TIMEOUT, AsyncClient
+from sdk.errors import FailedPreconditionError, NotFoundError, UnavailableError, WeftError
 from sdk.sync_client import Client
 from sdk.worker_session import WorkerSession
 
@@ -30,14 +30,56 @@ DEFAULT_GRACE = timedelta(seconds=30)
 # After a failed poll (server unreachable past the client's retry budget, or a
 # refusal), wait this long before polling again.
 POLL_BACKOFF = 1.0
-MAX_DEFAULT_POLLERS = 16
+MAX_DEFAULT_POLLERS = 32
 POLL_CONNECTIONS = 4
+# A task answered this soon after it started folds its worker's next poll into
+# the answer; longer, and that poll is sent at once on its own (see `Lane`).
+FOLD_WITHIN = 0.05
+R = TypeVar("R")
+
+
+class Lane:
+    """One of a worker's polls of a task list, lent to the task it got.
+
+    A task answered within `fold_within` of its start folds the lane's next
+    poll into its answer (one call instead of two, for the worker and for the
+    server) and the lane carries on with what that poll gets. A task that
+    runs longer gives the lane back when that time is up, so that its loop
+    polls again at once, and is answered alone.
+    """
+
+    def __init__(self, task_list: str, connection: AsyncClient) -> None:
+        self.task_list = task_list
+        self.connection = connection
+        self.back = asyncio.Event()
+        self._timer: asyncio.TimerHandle | None = None
+
+    def lend(self, within: float) -> None:
+        """A task of the lane starts: it may fold the next poll for `within` seconds."""
+        if not self.back.is_set():
+            self._timer = asyncio.get_running_loop().call_later(within, self.give_back)
+
+    def take_fold(self) -> bool:
+        """Whether the task answering now may fold the lane's next poll."""
+        if self.back.is_set():
+            return False
+        if self._timer is not None:
+            self._timer.cancel()
+        return True
+
+    def give_back(self) -> None:
+        if self._timer is not None:
+            self._timer.cancel()
+        self.back.set()
 
 
 class Worker:
     """Base of `ActivityWorker` and `DeciderWorker`; not used on its own."""
 
     kind = "task"
+    poll_method = ""
+    # How long a task may run and still fold the next poll into its answer.
+    fold_within = FOLD_WITHIN
 
     def __init__(
         self,
@@ -64,12 +106,15 @@ class Worker:
                 f"concurrency {concurrency} is below the number of task lists"
                 f" ({len(self.task_lists)}): some lists would never be polled"
             )
-        # A poll holds a slot while it waits, so all polls together fit in the
-        # slots: an idle list is always polled. A parked poll costs the server
-        # nothing, and the server hands a new task straight to a poll waiting on
-        # the node that commits it, so up to half the slots wait (8 per list at
-        # most): as many tasks as are likely to come at once find a poll there.
-        per_list = concurrency // (2 * len(self.task_lists))
+        # Each poll of a list is a lane that holds a slot: it waits for a task,
+        # runs it in that slot and folds its next poll into the answer (`Lane`).
+        # So all polls together fit in the slots, and an idle list is always
+        # polled. A parked poll costs the server nothing, and the server hands a
+        # new task straight to a poll waiting on the node that commits it, with
+        # no claim; so by default every slot is a lane (up to 32 per list): a
+        # lane is busy from its task's start until its answer is written, and
+        # the more lanes wait, the fewer tasks land in the backlog.
+        per_list = concurrency // len(self.task_lists)
         self.pollers = pollers or max(1, min(MAX_DEFAULT_POLLERS, per_list))
         if self.pollers * len(self.task_lists) > concurrency:
             need = self.pollers * len(self.task_lists)
@@ -149,8 +194,8 @@ class Worker:
             for poller in pollers:
                 poller.cancel()
             await asyncio.gather(*pollers, return_exceptions=True)
+            await self._drain(in_flight)  # (before the connections close: answers use them)
             await asyncio.gather(*(c.close() for c in connections), return_exceptions=True)
-            await self._drain(in_flight)
             keeper.cancel()
             await asyncio.gather(keeper, return_exceptions=True)
             await self.session.close()
@@ -256,11 +301,69 @@ class Worker:
             if task is None:
                 slots.release()
                 continue
-            running = asyncio.create_task(self._handle(task))
+            lane = Lane(task_list, connection)
+            running = asyncio.create_task(self._run_lane(task, lane))
             running.add_done_callback(self._log_crash)
             in_flight.add(running)
             running.add_done_callback(in_flight.discard)
             running.add_done_callback(lambda _: slots.release())
+            # This loop polls again once the lane is back: at once for a task
+            # that runs long, after the folded polls for quick ones.
+            await lane.back.wait()
+
+    async def _run_lane(self, task: Any, lane: Lane) -> None:
+        """Run a task, then each task a poll folded into the previous answer got,
+        in the slot the first one took."""
+        try:
+            while task is not None:
+                lane.lend(self.fold_within)
+                task = await self._handle(task, lane)
+        finally:
+            lane.give_back()
+
+    def _fold(self, lane: Lane) -> Any:
+        """The poll to fold into the answer being sent (`next_poll`), or None to
+        answer alone: the task ran past `fold_within`, or the worker is stopping."""
+        assert self._stop is not None
+        if self._stop.is_set() or not lane.take_fold():
+            return None
+        return self._poll_request(lane.task_list)
+
+    async def _poll(self, task_list: str, connection: AsyncClient) -> Any:
+        resp = await connection.rpc(
+            self.poll_method, self._poll_request(task_list), timeout=POLL_TIMEOUT
+        )
+        return self._task_of(task_list, resp)
+
+    async def _answer_folded(
+        self, lane: Lane, method: str, req: Any, nothing: Callable[[], R]
+    ) -> R:
+        """Send an answer that carries a poll, on the lane's connection. The
+        call waits as long as the poll does; a shutdown cuts it short, and the
+        answer is sent again alone, since the first may or may not have been
+        written (so is a call that failed as the worker stopped). NOT_FOUND
+        then means it was, or the task had timed out; FAILED_PRECONDITION that
+        the run has closed, by this answer or otherwise. Either way there is
+        nothing more to do, which the empty response says."""
+        assert self._stop is not None
+        call = asyncio.ensure_future(lane.connection.rpc(method, req, timeout=POLL_TIMEOUT))
+        stopping = asyncio.ensure_future(self._stop.wait())
+        try:
+            await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        finally:
+            stopping.cancel()
+            if not call.done():
+                call.cancel()
+                await asyncio.gather(call, return_exceptions=True)
+        if not call.cancelled() and (call.exception() is None or not self._stop.is_set()):
+            folded: R = call.result()
+            return folded
+        req.ClearField("next_poll")
+        try:
+            alone: R = await self.client.rpc(method, req)
+        except (NotFoundError, FailedPreconditionError):
+            return nothing()
+        return alone
 
     def _log_crash(self, task: asyncio.Task[None]) -> None:
         """A handler that raised left its task unanswered (it will time out): say so."""
@@ -268,10 +371,17 @@ class Worker:
             exc = task.exception()
             log.error("task.crashed", kind=self.kind, error=f"{type(exc).__name__}: {exc}")
 
-    async def _poll(self, task_list: str, connection: AsyncClient) -> Any:
+    def _poll_request(self, task_list: str) -> Any:
+        """This worker's poll of `task_list` (a request of `poll_method`)."""
         raise NotImplementedError
 
-    async def _handle(self, task: Any) -> None:
+    def _task_of(self, task_list: str, resp: Any) -> Any:
+        """The task a poll of `task_list` got, as `_handle` takes it; None for none."""
+        raise NotImplementedError
+
+    async def _handle(self, task: Any, lane: Lane) -> Any:
+        """Run `task` and answer it; the next task if the answer folded in a
+        poll that got one, else None."""
         raise NotImplementedError
 
     # -- background use (tests, embedding) -----------------------------------------------

@@ -8,8 +8,8 @@ lines remain; every caller may do everything, as before.
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from collections.abc import AsyncIterator, Iterator
+from contextlib import asynccontextmanager, contextmanager
 from contextvars import ContextVar
 from typing import Any
 
@@ -130,6 +130,18 @@ class Guard:
         if rpc == "SignalWorkflow":
             return Scope(namespace=ns, signal_name=req.signal_name)
         return Scope(namespace=ns)
+
+    @contextmanager
+    def folded_poll(self) -> Iterator[None]:
+        """A poll folded into a worker's answer counts against its principal's
+        limit of waiting polls, as a poll of its own would (RESOURCE_EXHAUSTED
+        past it). Its grant is checked with the answer (`check_run`)."""
+        who = _caller.get()
+        if who is None:
+            yield
+            return
+        with self._limits.poll(who.principal):
+            yield
 
     def still_admitted(self, who: Caller | None) -> None:
         """Raise UNAUTHENTICATED if a caller admitted earlier (a poll waiting for

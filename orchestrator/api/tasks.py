@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, TypeVar
 
@@ -21,7 +21,7 @@ from orchestrator.engine.decisions import (
 )
 from orchestrator.engine.defaults import RegisteredWorkflowType
 from orchestrator.engine.derived import ACTIVITY, DECISION
-from orchestrator.engine.errors import InvalidArgument, NotFound
+from orchestrator.engine.errors import EngineError, InvalidArgument, NotFound
 from orchestrator.engine.state import RunKey
 from orchestrator.engine.tokens import TaskToken
 from orchestrator.engine.transition import Transition
@@ -34,7 +34,7 @@ from sdk.api.weft.v1.history_pb2 import HistoryEvent
 from . import validate
 from .common import HISTORY_PAGE, POLLERS_SEEN_WITHIN, Ctx, ServiceBase, optional_payload, timestamp
 from .errors import grpc_errors
-from .guard import current_caller
+from .guard import check_run, current_caller
 
 log = structlog.get_logger("weft.api")
 
@@ -86,6 +86,7 @@ class ActivityStart:
 
 
 R = TypeVar("R")
+P = TypeVar("P", s.PollForDecisionTaskResponse, s.PollForActivityTaskResponse)
 
 
 class TaskService(ServiceBase):
@@ -95,9 +96,13 @@ class TaskService(ServiceBase):
     async def PollForDecisionTask(
         self, req: s.PollForDecisionTaskRequest, ctx: Ctx
     ) -> s.PollForDecisionTaskResponse:
-        ns = validate.namespace(req.namespace)
-        validate.name("task_list", req.task_list)
-        session = validate.optional_name("worker_session_id", req.worker_session_id)
+        ns, session = _validated_poll(req)
+        return await self._poll_decision_task(req, ns, session, ctx.peer())
+
+    async def _poll_decision_task(
+        self, req: s.PollForDecisionTaskRequest, ns: str, session: str, peer: str
+    ) -> s.PollForDecisionTaskResponse:
+        """A decision poll, on its own or folded into an answer (`next_poll`)."""
         self.sessions.check(session)
         key = TaskListKey(ns, DECISION, req.task_list)
 
@@ -112,7 +117,7 @@ class TaskService(ServiceBase):
         got = await self.polls.poll_task_list(
             key,
             req.identity,
-            ctx.peer(),
+            peer,
             self._settings.long_poll,
             lambda: self._store.claim(ns, DECISION, req.task_list, take),
             take,
@@ -178,6 +183,7 @@ class TaskService(ServiceBase):
             if d.WhichOneof("attributes") == "schedule_activity"
         }
         decoded = self._tokens.decode(req.task_token, DECISION)
+        fold = _folded_poll_target(req, "PollForDecisionTask")
         run = decoded.key
         namespace = run.namespace
         context = DecisionContext(
@@ -196,7 +202,27 @@ class TaskService(ServiceBase):
             ),
             decoded,
         )
-        return s.RespondDecisionTaskCompletedResponse()
+        if fold is None:
+            return s.RespondDecisionTaskCompletedResponse()
+        next_task = await self._folded_poll(
+            lambda: self._poll_decision_task(req.next_poll, *fold, ctx.peer()),
+            s.PollForDecisionTaskResponse,
+        )
+        return s.RespondDecisionTaskCompletedResponse(next_task=next_task)
+
+    async def _folded_poll(self, poll: Callable[[], Awaitable[P]], nothing: Callable[[], P]) -> P:
+        """The poll a worker folded into its answer, run once the answer is
+        committed. The answer stands whatever happens here, so a poll that may
+        not wait (the session ended, the poll limits) or fails comes back as
+        `nothing`, and the worker's next poll of its own meets the reason."""
+        try:
+            with self.guard.folded_poll():
+                return await poll()
+        except EngineError as exc:
+            log.info("poll.folded_refused", code=exc.code_name, reason=str(exc))
+        except Exception:  # a bug or a lost database: logged, not the answer's failure
+            log.exception("poll.folded_failed")
+        return nothing()
 
     async def _family_context(self, ns: str, decisions: Sequence[Decision]) -> dict[str, Any]:
         """What StartChildWorkflow and SignalExternalWorkflow decisions need to know of
@@ -279,9 +305,13 @@ class TaskService(ServiceBase):
     async def PollForActivityTask(
         self, req: s.PollForActivityTaskRequest, ctx: Ctx
     ) -> s.PollForActivityTaskResponse:
-        ns = validate.namespace(req.namespace)
-        validate.name("task_list", req.task_list)
-        session = validate.optional_name("worker_session_id", req.worker_session_id)
+        ns, session = _validated_poll(req)
+        return await self._poll_activity_task(req, ns, session, ctx.peer())
+
+    async def _poll_activity_task(
+        self, req: s.PollForActivityTaskRequest, ns: str, session: str, peer: str
+    ) -> s.PollForActivityTaskResponse:
+        """An activity poll, on its own or folded into an answer (`next_poll`)."""
         self.sessions.check(session)
         key = TaskListKey(ns, ACTIVITY, req.task_list)
 
@@ -296,7 +326,7 @@ class TaskService(ServiceBase):
         got = await self.polls.poll_task_list(
             key,
             req.identity,
-            ctx.peer(),
+            peer,
             self._settings.long_poll,
             lambda: self._store.claim(ns, ACTIVITY, req.task_list, take),
             take,
@@ -359,10 +389,17 @@ class TaskService(ServiceBase):
         self, req: s.RespondActivityTaskCompletedRequest, ctx: Ctx
     ) -> s.RespondActivityTaskCompletedResponse:
         result = optional_payload(req, "result")
+        fold = _folded_poll_target(req, "PollForActivityTask")
         await self._answer(
             req, ACTIVITY, lambda t, token: activities.complete(t, token, result, req.identity)
         )
-        return s.RespondActivityTaskCompletedResponse()
+        if fold is None:
+            return s.RespondActivityTaskCompletedResponse()
+        next_task = await self._folded_poll(
+            lambda: self._poll_activity_task(req.next_poll, *fold, ctx.peer()),
+            s.PollForActivityTaskResponse,
+        )
+        return s.RespondActivityTaskCompletedResponse(next_task=next_task)
 
     @grpc_errors
     async def RespondActivityTaskFailed(
@@ -418,3 +455,25 @@ class TaskService(ServiceBase):
                 s.Poller(identity=i, last_access_time=timestamp(at)) for i, at in latest_first
             ],
         )
+
+
+def _validated_poll(
+    req: s.PollForDecisionTaskRequest | s.PollForActivityTaskRequest,
+) -> tuple[str, str]:
+    """(namespace, worker session) of a poll, or INVALID_ARGUMENT."""
+    ns = validate.namespace(req.namespace)
+    validate.name("task_list", req.task_list)
+    return ns, validate.optional_name("worker_session_id", req.worker_session_id)
+
+
+def _folded_poll_target(
+    req: s.RespondDecisionTaskCompletedRequest | s.RespondActivityTaskCompletedRequest, rpc: str
+) -> tuple[str, str] | None:
+    """(namespace, worker session) of the poll folded into an answer, None if
+    there is none. Checked before the answer is written: a malformed poll, or
+    one the caller's grant does not cover, refuses the whole call."""
+    if not req.HasField("next_poll"):
+        return None
+    ns, session = _validated_poll(req.next_poll)
+    check_run(rpc, ns, task_list=req.next_poll.task_list)
+    return ns, session

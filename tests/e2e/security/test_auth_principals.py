@@ -32,6 +32,7 @@ from tests.e2e.security.auth_matrix_setup import (
     Setup,
     parked,
 )
+from tests.helpers import complete
 
 # The fixtures the tests below take, bound here so that pytest finds them in this
 # module (a conftest would hand them to every test of the folder).
@@ -255,3 +256,84 @@ async def test_signal_with_start_on_an_open_run_of_another_type_is_refused(setup
             )
         assert info.value.code() == DENIED, info.value.details()
         assert await setup.history_length() == before
+
+
+async def test_a_folded_poll_is_checked_against_the_grant_before_the_answer(
+    setup: Setup,
+) -> None:
+    """A worker narrowed to tl-b may answer its task, but not fold a poll of
+    tl-a into the answer: PERMISSION_DENIED before the answer is looked at."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{setup.server.port}") as channel:
+        stub = sg.WorkflowServiceStub(channel)
+
+        def answer(poll_list: str) -> s.RespondActivityTaskCompletedRequest:
+            return s.RespondActivityTaskCompletedRequest(
+                task_token=setup.token("activity", "tl-b"),
+                next_poll=s.PollForActivityTaskRequest(namespace="default", task_list=poll_list),
+            )
+
+        codes = []
+        for poll_list in ("tl-a", "tl-b"):
+            with pytest.raises(grpc.aio.AioRpcError) as info:
+                await stub.RespondActivityTaskCompleted(
+                    answer(poll_list), metadata=setup.metadata("worker-tl-b")
+                )
+            codes.append(info.value.code())
+        # tl-b is the worker's own: let through, the (never started) task is NOT_FOUND.
+        assert codes == [DENIED, NOT_FOUND]
+
+
+@pytest.mark.long_poll(10)
+async def test_a_folded_poll_past_the_principals_poll_limit_leaves_the_answer_standing(
+    server_config: ServerConfig,
+) -> None:
+    node = Server(replace(server_config, max_polls_per_principal=1))
+    await node.start()
+    try:
+        it = Setup(node)
+        await it.make_keys()
+        worker = it.metadata("worker")
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            stub = sg.WorkflowServiceStub(channel)
+            await stub.StartWorkflow(
+                s.StartWorkflowRequest(
+                    namespace="default",
+                    workflow_id="limited",
+                    workflow_type=c.WorkflowType(name="wt"),
+                    task_list="limited",
+                ),
+                metadata=it.metadata("starter"),
+            )
+            task = await stub.PollForDecisionTask(
+                s.PollForDecisionTaskRequest(namespace="default", task_list="limited"),
+                metadata=worker,
+            )
+            # The principal's one waiting poll, elsewhere.
+            waiting = asyncio.ensure_future(
+                stub.PollForActivityTask(
+                    s.PollForActivityTaskRequest(namespace="default", task_list="quiet"),
+                    metadata=worker,
+                )
+            )
+            await parked(node, "activity", "quiet")
+            resp = await stub.RespondDecisionTaskCompleted(
+                s.RespondDecisionTaskCompletedRequest(
+                    task_token=task.task_token,
+                    decisions=[complete("done")],
+                    next_poll=s.PollForDecisionTaskRequest(
+                        namespace="default", task_list="limited"
+                    ),
+                ),
+                metadata=worker,
+            )
+            assert resp.HasField("next_task") and not resp.next_task.task_token
+            history = await stub.GetWorkflowHistory(
+                s.GetWorkflowHistoryRequest(
+                    namespace="default", execution=c.WorkflowExecution(workflow_id="limited")
+                ),
+                metadata=it.metadata("reader"),
+            )
+            assert history.events[-1].type == "WorkflowSuccess"
+            waiting.cancel()
+    finally:
+        await node.stop(grace=0.5)

@@ -861,6 +861,7 @@ class RespondDecisionTaskCompletedRequest(_message.Message):
     DECISIONS_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
     CACHE_ID_FIELD_NUMBER: _builtins.int
+    NEXT_POLL_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     identity: _builtins.str
     cache_id: _builtins.str
@@ -870,6 +871,17 @@ class RespondDecisionTaskCompletedRequest(_message.Message):
     """
     @_builtins.property
     def decisions(self) -> _containers.RepeatedCompositeFieldContainer[_decisions_pb2.Decision]: ...
+    @_builtins.property
+    def next_poll(self) -> Global___PollForDecisionTaskRequest:
+        """Set to poll for the next decision task in the same call: once the
+        decisions are committed the call waits as this poll would, and the
+        response carries what it got. The answer never fails because of it: a
+        poll that cannot wait (the worker session ended, the poll limits) or
+        fails comes back empty, and the worker polls again on its own. A
+        malformed poll, or one on a task list the caller may not poll, is refused
+        before anything is written.
+        """
+
     def __init__(
         self,
         *,
@@ -877,10 +889,11 @@ class RespondDecisionTaskCompletedRequest(_message.Message):
         decisions: _abc.Iterable[_decisions_pb2.Decision] | None = ...,
         identity: _builtins.str = ...,
         cache_id: _builtins.str = ...,
+        next_poll: Global___PollForDecisionTaskRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_poll", b"next_poll"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_id", b"cache_id", "decisions", b"decisions", "identity", b"identity", "task_token", b"task_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["cache_id", b"cache_id", "decisions", b"decisions", "identity", b"identity", "next_poll", b"next_poll", "task_token", b"task_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -890,12 +903,19 @@ Global___RespondDecisionTaskCompletedRequest: _TypeAlias = RespondDecisionTaskCo
 class RespondDecisionTaskCompletedResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    NEXT_TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def next_task(self) -> Global___PollForDecisionTaskResponse:
+        """What next_poll got (an empty task_token: no task; unset: not asked)."""
+
     def __init__(
         self,
+        *,
+        next_task: Global___PollForDecisionTaskResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1093,20 +1113,28 @@ class RespondActivityTaskCompletedRequest(_message.Message):
     TASK_TOKEN_FIELD_NUMBER: _builtins.int
     RESULT_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    NEXT_POLL_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     identity: _builtins.str
     @_builtins.property
     def result(self) -> _common_pb2.Payload: ...
+    @_builtins.property
+    def next_poll(self) -> Global___PollForActivityTaskRequest:
+        """As next_poll of RespondDecisionTaskCompletedRequest: poll for the next
+        activity task once the result is committed.
+        """
+
     def __init__(
         self,
         *,
         task_token: _builtins.bytes = ...,
         result: _common_pb2.Payload | None = ...,
         identity: _builtins.str = ...,
+        next_poll: Global___PollForActivityTaskRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["result", b"result"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_poll", b"next_poll", "result", b"result"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "result", b"result", "task_token", b"task_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["identity", b"identity", "next_poll", b"next_poll", "result", b"result", "task_token", b"task_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1116,12 +1144,19 @@ Global___RespondActivityTaskCompletedRequest: _TypeAlias = RespondActivityTaskCo
 class RespondActivityTaskCompletedResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    NEXT_TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def next_task(self) -> Global___PollForActivityTaskResponse:
+        """What next_poll got (an empty task_token: no task; unset: not asked)."""
+
     def __init__(
         self,
+        *,
+        next_task: Global___PollForActivityTaskResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 

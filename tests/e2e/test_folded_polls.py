@@ -1,0 +1,163 @@
+"""A poll folded into a worker's answer (`next_poll`): the answer is written
+first, then the call waits as that poll would and carries what it got. A bad
+poll refuses the whole call before anything is written; a poll that may not
+wait leaves the answer standing and comes back empty."""
+
+from __future__ import annotations
+
+import asyncio
+
+import grpc
+import pytest
+
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
+from sdk.api.weft.v1 import service_pb2_grpc as sg
+from tests.e2e.api_calls import refused
+from tests.helpers import Driver, payload, schedule
+
+
+def _activity_poll(wf: Driver, task_list: str, **fields: str) -> s.PollForActivityTaskRequest:
+    return s.PollForActivityTaskRequest(
+        namespace=wf.namespace, task_list=task_list, identity="runner-1", **fields
+    )
+
+
+def _completed(
+    task: s.PollForActivityTaskResponse, next_poll: s.PollForActivityTaskRequest
+) -> s.RespondActivityTaskCompletedRequest:
+    return s.RespondActivityTaskCompletedRequest(
+        task_token=task.task_token, result=payload("ok"), identity="runner-1", next_poll=next_poll
+    )
+
+
+async def _two_activities(wf: Driver, task_list: str) -> s.PollForActivityTaskResponse:
+    """A run with activities a1 and a2 scheduled on `task_list`; a1's task, started."""
+    await wf.start()
+    await wf.decide(
+        await wf.poll_decision(),
+        schedule("a1", "work", task_list),
+        schedule("a2", "work", task_list),
+    )
+    first = await wf.poll_activity(task_list)
+    assert first.activity_id == "a1"
+    return first
+
+
+async def test_an_activity_answer_brings_the_next_task_of_the_list(
+    stub: sg.WorkflowServiceStub,
+) -> None:
+    wf = Driver(stub)
+    first = await _two_activities(wf, "acts")
+
+    resp = await stub.RespondActivityTaskCompleted(_completed(first, _activity_poll(wf, "acts")))
+
+    assert resp.next_task.activity_id == "a2" and resp.next_task.task_token
+    assert resp.next_task.input == payload({"id": "a2"})
+    kinds = await wf.types()
+    assert kinds.count("ActivitySuccess") == 1 and kinds.count("ActivityStarted") == 2
+
+
+async def test_a_folded_poll_waits_and_is_handed_the_task_a_commit_makes(
+    stub: sg.WorkflowServiceStub,
+) -> None:
+    """A decision answer that folds in a decision poll: the activity's result
+    schedules the next decision task, handed to the poll that waits in the answer."""
+    wf = Driver(stub)
+    await wf.start()
+    task = await wf.poll_decision()
+    answer = asyncio.ensure_future(
+        stub.RespondDecisionTaskCompleted(
+            s.RespondDecisionTaskCompletedRequest(
+                task_token=task.task_token,
+                decisions=[schedule("a1", "work", "acts")],
+                identity="decider-1",
+                next_poll=s.PollForDecisionTaskRequest(
+                    namespace=wf.namespace, task_list=wf.task_list, identity="decider-1"
+                ),
+            )
+        )
+    )
+    activity = await wf.poll_activity("acts")  # the decisions were written before the wait
+    assert activity.task_token and not answer.done()
+    await wf.finish_activity(activity)
+
+    resp = await answer
+    assert resp.next_task.task_token
+    assert resp.next_task.workflow_execution.run_id == wf.run_id
+    assert resp.next_task.previous_started_event_id == task.started_event_id
+    assert (await wf.types())[-1] == "DeciderStarted"
+
+
+@pytest.mark.parametrize(
+    ("field", "value", "says"),
+    [
+        ("task_list", "", "task_list"),
+        ("namespace", "*", "namespace"),
+        ("task_list", "tab\tin it", "control characters"),
+        ("worker_session_id", "x" * 1000, "worker_session_id"),
+    ],
+)
+async def test_a_malformed_folded_poll_refuses_the_answer_and_writes_nothing(
+    stub: sg.WorkflowServiceStub, field: str, value: str, says: str
+) -> None:
+    wf = Driver(stub)
+    first = await _two_activities(wf, "acts")
+    before = await wf.types()
+    bad = _activity_poll(wf, "acts")
+    setattr(bad, field, value)
+
+    message = await refused(
+        stub.RespondActivityTaskCompleted(_completed(first, bad)), grpc.StatusCode.INVALID_ARGUMENT
+    )
+
+    assert says in message
+    assert await wf.types() == before
+    await wf.finish_activity(first)  # the task is still open: answered alone, it is taken
+    assert (await wf.types()).count("ActivitySuccess") == 1
+
+
+async def test_a_folded_poll_that_may_not_wait_leaves_the_answer_standing(
+    stub: sg.WorkflowServiceStub,
+) -> None:
+    """Its worker session has ended: a poll of its own would be refused
+    (FAILED_PRECONDITION); folded, the result is written and the call answers
+    with no task, so the worker's next poll meets the refusal."""
+    session = await stub.RegisterWorker(
+        s.RegisterWorkerRequest(
+            namespace="default",
+            identity="runner-1",
+            task_lists=[s.WorkerTaskList(name="acts", kind=c.TASK_LIST_KIND_ACTIVITY)],
+        )
+    )
+    await stub.UnregisterWorker(
+        s.UnregisterWorkerRequest(namespace="default", worker_session_id=session.worker_session_id)
+    )
+    wf = Driver(stub)
+    first = await _two_activities(wf, "acts")
+
+    resp = await stub.RespondActivityTaskCompleted(
+        _completed(first, _activity_poll(wf, "acts", worker_session_id=session.worker_session_id))
+    )
+
+    assert resp.HasField("next_task") and not resp.next_task.task_token
+    kinds = await wf.types()
+    assert kinds.count("ActivitySuccess") == 1 and kinds.count("ActivityStarted") == 1
+    await refused(
+        stub.PollForActivityTask(
+            _activity_poll(wf, "acts", worker_session_id=session.worker_session_id)
+        ),
+        grpc.StatusCode.FAILED_PRECONDITION,
+    )
+
+
+async def test_an_answer_without_a_folded_poll_carries_no_task(
+    stub: sg.WorkflowServiceStub,
+) -> None:
+    wf = Driver(stub)
+    first = await _two_activities(wf, "acts")
+    resp = await stub.RespondActivityTaskCompleted(
+        s.RespondActivityTaskCompletedRequest(task_token=first.task_token, result=payload("ok"))
+    )
+    assert not resp.HasField("next_task")
+    assert (await wf.types()).count("ActivityStarted") == 1  # a2 waits for a poll

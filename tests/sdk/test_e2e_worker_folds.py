@@ -1,0 +1,110 @@
+"""The workers fold their next poll into the answer of a quick task (`Lane`):
+one call per task instead of two, a decider's cache that holds the run when its
+next task comes to another of its polls, and a shutdown that does not wait for
+a folded poll to expire."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from datetime import timedelta
+
+import pytest
+
+from orchestrator.config import ServerConfig
+from orchestrator.server import Server
+from sdk import ActivityWorker, AsyncClient, Decider, DeciderWorker, DecisionTask, activity
+from tests.helpers import wait_until
+from tests.sdk.conftest import make_decider, types
+
+WAIT = timedelta(seconds=20)
+CHAIN = 6
+
+
+@activity(name="step")
+async def step(n: int) -> int:
+    return n + 1
+
+
+def chain(task_list: str) -> Decider:
+    """Decides CHAIN `step`s one after another, then completes with the count."""
+
+    def decide(task: DecisionTask) -> None:
+        done = [a for a in task.activities.values() if a.status == "succeeded"]
+        if len(done) == CHAIN:
+            task.complete(len(done))
+        elif len(task.activities) == len(done):
+            task.schedule_activity(f"s{len(done)}", step, len(done), task_list=task_list)
+
+    return make_decider("fold-chain", decide)
+
+
+@pytest.fixture
+def server_config(db_url: str) -> ServerConfig:
+    """A long poll that outlasts each test: a folded poll never expires in it."""
+    return ServerConfig(db_url=db_url, listen="127.0.0.1:0", long_poll=60.0, drain_grace=1.0)
+
+
+def calls(server: Server, method: str) -> float:
+    """The calls of `method` the server answered, whatever their status."""
+    return sum(
+        sample.value
+        for metric in server.metrics.registry.collect()
+        for sample in metric.samples
+        if sample.name == "weft_rpc_duration_seconds_count" and sample.labels["method"] == method
+    )
+
+
+async def test_quick_tasks_poll_in_their_answers(
+    client: AsyncClient, server: Server, task_list: str
+) -> None:
+    decider_worker = DeciderWorker(
+        client, task_lists=[task_list], deciders=[chain(task_list)], concurrency=4
+    )
+    async with (
+        decider_worker,
+        ActivityWorker(client, task_lists=[task_list], activities=[step], concurrency=1),
+    ):
+        run = await client.start_workflow("fold-chain", task_list=task_list)
+        assert await client.result(run.workflow_id, timeout=WAIT) == CHAIN
+    history = types(await client.history(run.workflow_id))
+    assert history.count("ActivitySuccess") == CHAIN
+    # The only polls of their own were each lane's first: every later task came
+    # to a poll folded into the answer of the one before.
+    assert calls(server, "PollForActivityTask") == 1
+    assert calls(server, "PollForDecisionTask") == 4
+    # A decision task may come to another lane while the last answer's folded
+    # poll still waits: the run is in the cache by then, so only the first task
+    # of the run reads the history.
+    assert decider_worker.cache is not None
+    assert (decider_worker.cache.hits, decider_worker.cache.misses) == (CHAIN, 1)
+
+
+async def test_a_shutdown_cuts_a_folded_poll_short_and_keeps_the_answer(
+    client: AsyncClient, server: Server, task_list: str
+) -> None:
+    def decide(task: DecisionTask) -> None:
+        if "once" not in task.activities:
+            task.schedule_activity("once", step, 1, task_list=task_list)
+
+    async with DeciderWorker(
+        client, task_lists=[task_list], deciders=[make_decider("fold-once", decide)]
+    ):
+        run = await client.start_workflow("fold-once", task_list=task_list)
+        runner = ActivityWorker(client, task_lists=[task_list], activities=[step], concurrency=1)
+        await runner.__aenter__()
+        try:
+
+            async def answered() -> bool:
+                return "ActivitySuccess" in types(await client.history(run.workflow_id))
+
+            await wait_until(answered, timeout=15)
+            # The answer is written and its folded poll waits (up to a minute).
+            await asyncio.sleep(0.2)
+            assert calls(server, "RespondActivityTaskCompleted") == 0  # (still in the call)
+        finally:
+            began = time.monotonic()
+            await runner.__aexit__(None, None, None)
+        assert time.monotonic() - began < 10
+    assert runner.abandoned == 0
+    assert types(await client.history(run.workflow_id)).count("ActivitySuccess") == 1
