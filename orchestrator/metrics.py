@@ -25,7 +25,7 @@ class Metrics:
         self._tls_context: ssl.SSLContext | None = None
         self.rpc_seconds = Histogram(
             "weft_rpc_duration_seconds",
-            "gRPC handling time (long polls include their wait)",
+            "gRPC handling time (long polls and answers with a folded poll include their wait)",
             ["method", "code"],
             registry=self.registry,
         )

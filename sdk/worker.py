@@ -1,5 +1,6 @@
 """What the activity and decider workers share: poll loops on several task lists
-under a bound on concurrent tasks, and a graceful shutdown.
+under a bound on concurrent tasks, answers that carry the next poll (`Lane`), and
+a graceful shutdown.
 
 Shutdown stops polling, lets tasks in flight finish within the grace period,
 then cancels what is left. SIGTERM and SIGINT start it when the worker runs

@@ -158,7 +158,8 @@ def check_run(
     rpc: str, namespace: str, workflow_type: str | None = None, task_list: str | None = None
 ) -> None:
     """The grant's narrowing by what only the run knows, checked by the handler on
-    the run it acts on (inside its transaction where it writes): PERMISSION_DENIED
+    the run it acts on (inside its transaction where it writes), or by what only
+    the request's body says (a poll folded into an answer): PERMISSION_DENIED
     outside it. Nothing without authentication."""
     who = _caller.get()
     if who is None:

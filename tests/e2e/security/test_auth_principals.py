@@ -2,7 +2,8 @@
 start or terminate changes nothing, events record the principal next to the
 identity, keys are stored only as keyed hashes, request rate and waiting polls are
 limited per principal, a task handed to a waiting poll is started by that poller
-and never by a revoked key, and signal-with-start checks the open run's type."""
+and never by a revoked key, signal-with-start checks the open run's type, and a
+poll folded into an answer is held to the grant and the poll limit as a poll is."""
 
 from __future__ import annotations
 
