@@ -512,9 +512,17 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         )
         return req
 
-    async def rpc(self, method: str, request: Message, *, timeout: timedelta | None = None) -> Any:
+    async def rpc(
+        self,
+        method: str,
+        request: Message,
+        *,
+        timeout: timedelta | None = None,
+        retried: bool = True,
+    ) -> Any:
         """Call `WorkflowService.<method>` (or `AdminService.<method>`), retrying
-        `UNAVAILABLE` and `ABORTED` by the retry policy.
+        `UNAVAILABLE` and `ABORTED` by the retry policy (`retried=False`: once,
+        for a call whose caller must know that it was not sent twice).
 
         The low-level door the workers and the CLI use; prefer the methods above.
         """
@@ -528,6 +536,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 return await call(request, timeout=seconds, metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
+                if not retried:
+                    raise from_rpc_error(exc) from exc
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout == POLL_TIMEOUT:
                     continue  # a long poll outlived a silent connection: ask again
                 if code == grpc.StatusCode.UNAVAILABLE and looks_like_tls(exc.details() or ""):

@@ -57,10 +57,12 @@ class RunCache:
         while len(self._runs) > self._size:
             self._runs.popitem(last=False)
 
-    def forget(self, run_id: str, entry: CachedRun) -> None:
-        """A task's answer was not taken: drop what `keep` held for it (unless a
-        later task of the run has replaced it already)."""
-        if self._runs.get(run_id) is entry:
+    def forget(self, run_id: str, started_event_id: int) -> None:
+        """A task's answer was not taken: drop what `keep` held for it, the run
+        as of `started_event_id` (a later task of the run may have carried the
+        same entry on since: that one stays)."""
+        entry = self._runs.get(run_id)
+        if entry is not None and entry.started_event_id == started_event_id:
             del self._runs[run_id]
 
     def __len__(self) -> int:

@@ -232,7 +232,7 @@ class DeciderWorker(Worker):
         answered = await self._respond(resp.task_token, task, where, lane)
         if answered is None:
             if self.cache is not None:
-                self.cache.forget(task.run_id, held)
+                self.cache.forget(task.run_id, task.started_event_id)
             return None
         return self._task_of(lane.task_list, answered.next_task)
 

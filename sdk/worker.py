@@ -21,7 +21,16 @@ from typing import Any, TypeVar
 import structlog
 
 from sdk.client import POLL_TIMEOUT, AsyncClient
-from sdk.errors import FailedPreconditionError, NotFoundError, UnavailableError, WeftError
+from sdk.errors import (
+    FailedPreconditionError,
+    InvalidArgumentError,
+    NotFoundError,
+    PermissionDeniedError,
+    ResourceExhaustedError,
+    UnauthenticatedError,
+    UnavailableError,
+    WeftError,
+)
 from sdk.sync_client import Client
 from sdk.worker_session import WorkerSession
 
@@ -37,6 +46,13 @@ POLL_CONNECTIONS = 4
 # the answer; longer, and that poll is sent at once on its own (see `Lane`).
 FOLD_WITHIN = 0.05
 R = TypeVar("R")
+# What a server says of a call it refused before writing anything.
+_REFUSED = (
+    InvalidArgumentError,
+    PermissionDeniedError,
+    UnauthenticatedError,
+    ResourceExhaustedError,
+)
 
 
 class Lane:
@@ -339,15 +355,22 @@ class Worker:
     async def _answer_folded(
         self, lane: Lane, method: str, req: Any, nothing: Callable[[], R]
     ) -> R:
-        """Send an answer that carries a poll, on the lane's connection. The
-        call waits as long as the poll does; a shutdown cuts it short, and the
-        answer is sent again alone, since the first may or may not have been
-        written (so is a call that failed as the worker stopped). NOT_FOUND
-        then means it was, or the task had timed out; FAILED_PRECONDITION that
-        the run has closed, by this answer or otherwise. Either way there is
-        nothing more to do, which the empty response says."""
+        """Send an answer that carries a poll, on the lane's connection, once:
+        the call waits as long as the poll does.
+
+        NOT_FOUND or FAILED_PRECONDITION from it are about the task (it timed
+        out, its run closed): the server answers them before writing anything,
+        and never after. A refusal (`_REFUSED`) wrote nothing either, and may be
+        the poll's: the answer is sent again alone, and that call says how it
+        went. Anything else (the connection lost, the worker stopping, which
+        cuts the call short) may have come after the answer was written: it is
+        sent again alone, and NOT_FOUND or FAILED_PRECONDITION then mean it was
+        (or is moot), which the empty response says.
+        """
         assert self._stop is not None
-        call = asyncio.ensure_future(lane.connection.rpc(method, req, timeout=POLL_TIMEOUT))
+        call = asyncio.ensure_future(
+            lane.connection.rpc(method, req, timeout=POLL_TIMEOUT, retried=False)
+        )
         stopping = asyncio.ensure_future(self._stop.wait())
         try:
             await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
@@ -356,15 +379,21 @@ class Worker:
             if not call.done():
                 call.cancel()
                 await asyncio.gather(call, return_exceptions=True)
-        if not call.cancelled() and (call.exception() is None or not self._stop.is_set()):
+        failure = None if call.cancelled() else call.exception()
+        if not call.cancelled() and failure is None:
             folded: R = call.result()
             return folded
+        if isinstance(failure, (NotFoundError, FailedPreconditionError)):
+            raise failure
         req.ClearField("next_poll")
-        try:
+        if isinstance(failure, _REFUSED):
             alone: R = await self.client.rpc(method, req)
+            return alone
+        try:
+            again: R = await self.client.rpc(method, req)
         except (NotFoundError, FailedPreconditionError):
             return nothing()
-        return alone
+        return again
 
     def _log_crash(self, task: asyncio.Task[None]) -> None:
         """A handler that raised left its task unanswered (it will time out): say so."""

@@ -219,7 +219,7 @@ class TaskService(ServiceBase):
             with self.guard.folded_poll():
                 return await poll()
         except EngineError as exc:
-            log.info("poll.folded_refused", code=exc.code_name, reason=str(exc))
+            log.debug("poll.folded_refused", code=exc.code_name, reason=str(exc))
         except Exception:  # a bug or a lost database: logged, not the answer's failure
             log.exception("poll.folded_failed")
         return nothing()

@@ -10,11 +10,18 @@ import asyncio
 import grpc
 import pytest
 
+from orchestrator.config import ServerConfig
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from tests.e2e.api_calls import refused
 from tests.helpers import Driver, payload, schedule
+
+
+@pytest.fixture
+def server_config(db_url: str) -> ServerConfig:
+    """A long poll that outlasts each test: a folded poll waits for what comes."""
+    return ServerConfig(db_url=db_url, listen="127.0.0.1:0", long_poll=30.0, drain_grace=1.0)
 
 
 def _activity_poll(wf: Driver, task_list: str, **fields: str) -> s.PollForActivityTaskRequest:
@@ -115,6 +122,30 @@ async def test_a_malformed_folded_poll_refuses_the_answer_and_writes_nothing(
     assert await wf.types() == before
     await wf.finish_activity(first)  # the task is still open: answered alone, it is taken
     assert (await wf.types()).count("ActivitySuccess") == 1
+
+
+async def test_a_decision_answer_with_a_folded_poll_it_may_not_make_is_refused_whole(
+    stub: sg.WorkflowServiceStub,
+) -> None:
+    wf = Driver(stub)
+    await wf.start()
+    task = await wf.poll_decision()
+    before = await wf.types()
+
+    await refused(
+        stub.RespondDecisionTaskCompleted(
+            s.RespondDecisionTaskCompletedRequest(
+                task_token=task.task_token,
+                decisions=[schedule("a1", "work", "acts")],
+                next_poll=s.PollForDecisionTaskRequest(namespace=wf.namespace, task_list=""),
+            )
+        ),
+        grpc.StatusCode.INVALID_ARGUMENT,
+    )
+
+    assert await wf.types() == before  # no DeciderCompleted, no ActivityScheduled
+    await wf.decide(task, schedule("a1", "work", "acts"))  # still the task to answer
+    assert (await wf.types()).count("ActivityScheduled") == 1
 
 
 async def test_a_folded_poll_that_may_not_wait_leaves_the_answer_standing(

@@ -61,18 +61,19 @@ async def test_quick_tasks_poll_in_their_answers(
     decider_worker = DeciderWorker(
         client, task_lists=[task_list], deciders=[chain(task_list)], concurrency=4
     )
-    async with (
-        decider_worker,
-        ActivityWorker(client, task_lists=[task_list], activities=[step], concurrency=1),
-    ):
+    runner = ActivityWorker(client, task_lists=[task_list], activities=[step], concurrency=1)
+    # (This loop serves the server too: a stall must not make a task look slow.)
+    decider_worker.fold_within = runner.fold_within = 30.0
+    async with decider_worker, runner:
         run = await client.start_workflow("fold-chain", task_list=task_list)
         assert await client.result(run.workflow_id, timeout=WAIT) == CHAIN
     history = types(await client.history(run.workflow_id))
     assert history.count("ActivitySuccess") == CHAIN
     # The only polls of their own were each lane's first: every later task came
-    # to a poll folded into the answer of the one before.
+    # to a poll folded into the answer of the one before. (A decision lane that
+    # never got a task may not be counted yet: its poll was cut at the exit.)
     assert calls(server, "PollForActivityTask") == 1
-    assert calls(server, "PollForDecisionTask") == 4
+    assert calls(server, "PollForDecisionTask") <= 4
     # A decision task may come to another lane while the last answer's folded
     # poll still waits: the run is in the cache by then, so only the first task
     # of the run reads the history.
@@ -92,6 +93,7 @@ async def test_a_shutdown_cuts_a_folded_poll_short_and_keeps_the_answer(
     ):
         run = await client.start_workflow("fold-once", task_list=task_list)
         runner = ActivityWorker(client, task_lists=[task_list], activities=[step], concurrency=1)
+        runner.fold_within = 30.0
         await runner.__aenter__()
         try:
 

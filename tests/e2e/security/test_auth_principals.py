@@ -33,7 +33,7 @@ from tests.e2e.security.auth_matrix_setup import (
     Setup,
     parked,
 )
-from tests.helpers import complete
+from tests.helpers import complete, wait_until
 
 # The fixtures the tests below take, bound here so that pytest finds them in this
 # module (a conftest would hand them to every test of the folder).
@@ -296,15 +296,16 @@ async def test_a_folded_poll_past_the_principals_poll_limit_leaves_the_answer_st
         worker = it.metadata("worker")
         async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
             stub = sg.WorkflowServiceStub(channel)
-            await stub.StartWorkflow(
-                s.StartWorkflowRequest(
-                    namespace="default",
-                    workflow_id="limited",
-                    workflow_type=c.WorkflowType(name="wt"),
-                    task_list="limited",
-                ),
-                metadata=it.metadata("starter"),
-            )
+            for workflow_id in ("limited", "limited-next"):
+                await stub.StartWorkflow(
+                    s.StartWorkflowRequest(
+                        namespace="default",
+                        workflow_id=workflow_id,
+                        workflow_type=c.WorkflowType(name="wt"),
+                        task_list="limited",
+                    ),
+                    metadata=it.metadata("starter"),
+                )
             task = await stub.PollForDecisionTask(
                 s.PollForDecisionTaskRequest(namespace="default", task_list="limited"),
                 metadata=worker,
@@ -327,6 +328,7 @@ async def test_a_folded_poll_past_the_principals_poll_limit_leaves_the_answer_st
                 ),
                 metadata=worker,
             )
+            # Not let wait, and so not handed the other run's task, which waits.
             assert resp.HasField("next_task") and not resp.next_task.task_token
             history = await stub.GetWorkflowHistory(
                 s.GetWorkflowHistoryRequest(
@@ -336,5 +338,21 @@ async def test_a_folded_poll_past_the_principals_poll_limit_leaves_the_answer_st
             )
             assert history.events[-1].type == "WorkflowSuccess"
             waiting.cancel()
+            await asyncio.gather(waiting, return_exceptions=True)
+
+            # The folded poll gave its place back: once the cancelled one has
+            # too, a poll of its own is let in, and takes the task that waited.
+            async def next_task() -> s.PollForDecisionTaskResponse | None:
+                try:
+                    return await stub.PollForDecisionTask(
+                        s.PollForDecisionTaskRequest(namespace="default", task_list="limited"),
+                        metadata=worker,
+                    )
+                except grpc.aio.AioRpcError as exc:
+                    assert exc.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
+                    return None
+
+            got = await wait_until(next_task, timeout=10)
+            assert got.workflow_execution.workflow_id == "limited-next"
     finally:
         await node.stop(grace=0.5)
