@@ -365,7 +365,8 @@ class Worker:
         went. Anything else (the connection lost, the worker stopping, which
         cuts the call short) may have come after the answer was written: it is
         sent again alone, and NOT_FOUND or FAILED_PRECONDITION then mean it was
-        (or is moot), which the empty response says.
+        (or is moot), which the empty response says; so does a stopping
+        worker's failure to send it again.
         """
         assert self._stop is not None
         call = asyncio.ensure_future(
@@ -389,9 +390,17 @@ class Worker:
         if isinstance(failure, _REFUSED):
             alone: R = await self.client.rpc(method, req)
             return alone
+        # At a stop, once: a server out of reach must not hold the worker for its
+        # grace (an answer that was not written leaves its task to time out).
+        stopped = self._stop.is_set()
         try:
-            again: R = await self.client.rpc(method, req)
+            again: R = await self.client.rpc(method, req, retried=not stopped)
         except (NotFoundError, FailedPreconditionError):
+            return nothing()
+        except WeftError as exc:
+            if not stopped:
+                raise
+            log.warning("task.answer_unconfirmed", kind=self.kind, error=exc.message)
             return nothing()
         return again
 

@@ -102,12 +102,15 @@ class WorkerSession:
         if not self.id:
             return
         try:
+            # Once: a stopping worker must not wait for a server out of reach
+            # (its session then expires on its own, and is reaped as lost).
             await self._client.rpc(
                 "UnregisterWorker",
                 s.UnregisterWorkerRequest(
                     namespace=self._client.namespace, worker_session_id=self.id
                 ),
                 timeout=timedelta(seconds=5),
+                retried=False,
             )
         except WeftError as exc:
             log.warning("worker.unregister_failed", session=self.id, error=exc.message)

@@ -8,6 +8,7 @@ from __future__ import annotations
 import asyncio
 import time
 from datetime import timedelta
+from pathlib import Path
 
 import pytest
 
@@ -16,6 +17,7 @@ from orchestrator.server import Server
 from sdk import ActivityWorker, AsyncClient, Decider, DeciderWorker, DecisionTask, activity
 from tests.helpers import wait_until
 from tests.sdk.conftest import make_decider, types
+from tests.serverproc import ServerProcess
 
 WAIT = timedelta(seconds=20)
 CHAIN = 6
@@ -110,3 +112,53 @@ async def test_a_shutdown_cuts_a_folded_poll_short_and_keeps_the_answer(
         assert time.monotonic() - began < 10
     assert runner.abandoned == 0
     assert types(await client.history(run.workflow_id)).count("ActivitySuccess") == 1
+
+
+async def test_a_worker_stops_when_its_server_is_gone(server_config: ServerConfig) -> None:
+    """Its polls fail, and the unregistering at the end is tried once, not for as
+    long as the client's retry policy would wait for the server."""
+    node = Server(server_config)
+    await node.start()
+    async with AsyncClient(f"127.0.0.1:{node.port}") as client:
+        runner = ActivityWorker(client, task_lists=["gone"], activities=[step], concurrency=2)
+        await runner.__aenter__()
+        await node.stop(grace=0.5)
+        began = time.monotonic()
+        await runner.__aexit__(None, None, None)
+        assert time.monotonic() - began < 10
+
+
+async def test_a_worker_stops_at_once_when_its_server_died_under_a_folded_poll(
+    tmp_path: Path,
+) -> None:
+    """The server is killed while the runner's answer waits in its folded poll:
+    at the stop the answer is sent again once (not for the whole grace), and the
+    worker is gone in a few seconds."""
+    node = ServerProcess(f"sqlite:///{tmp_path / 'weft.db'}", tmp_path, long_poll="60s")
+    await node.start()
+    try:
+        async with AsyncClient(node.address) as client:
+
+            def decide(task: DecisionTask) -> None:
+                if "once" not in task.activities:
+                    task.schedule_activity("once", step, 1, task_list="died")
+
+            runner = ActivityWorker(client, task_lists=["died"], activities=[step], concurrency=1)
+            runner.fold_within = 30.0
+            async with DeciderWorker(
+                client, task_lists=["died"], deciders=[make_decider("fold-died", decide)]
+            ):
+                await runner.__aenter__()
+                run = await client.start_workflow("fold-died", task_list="died")
+
+                async def answered() -> bool:
+                    return "ActivitySuccess" in types(await client.history(run.workflow_id))
+
+                await wait_until(answered, timeout=15)
+                node.kill9()
+                began = time.monotonic()
+                await runner.__aexit__(None, None, None)
+                assert time.monotonic() - began < runner.grace.total_seconds() / 2
+                assert runner.abandoned == 0
+    finally:
+        node.stop()
