@@ -203,18 +203,10 @@ class ActivityWorker(Worker):
         req = s.RespondActivityTaskCompletedRequest(
             task_token=token, result=payload, identity=self.identity
         )
-        poll = self._fold(lane)
         try:
-            if poll is None:
-                resp = await self.client.rpc("RespondActivityTaskCompleted", req)
-            else:
-                req.next_poll.CopyFrom(poll)
-                resp = await self._answer_folded(
-                    lane,
-                    "RespondActivityTaskCompleted",
-                    req,
-                    s.RespondActivityTaskCompletedResponse,
-                )
+            resp = await self._send_answer(
+                lane, "RespondActivityTaskCompleted", req, s.RespondActivityTaskCompletedResponse
+            )
         except InvalidArgumentError as exc:
             # CONTRACT: a result over the limit fails the activity at once.
             reason = PAYLOAD_TOO_LARGE if "payload" in exc.message else "ResultRefused"

@@ -318,19 +318,9 @@ class DeciderWorker(Worker):
                 identity=self.identity,
                 cache_id=self.cache.id if self.cache else "",
             )
-            poll = self._fold(lane)
-            if poll is None:
-                resp: s.RespondDecisionTaskCompletedResponse = await self.client.rpc(
-                    "RespondDecisionTaskCompleted", req
-                )
-            else:
-                req.next_poll.CopyFrom(poll)
-                resp = await self._answer_folded(
-                    lane,
-                    "RespondDecisionTaskCompleted",
-                    req,
-                    s.RespondDecisionTaskCompletedResponse,
-                )
+            resp = await self._send_answer(
+                lane, "RespondDecisionTaskCompleted", req, s.RespondDecisionTaskCompletedResponse
+            )
         except NotFoundError:
             log.warning("decision.stale", **where)
             return None

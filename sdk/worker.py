@@ -42,6 +42,8 @@ DEFAULT_GRACE = timedelta(seconds=30)
 POLL_BACKOFF = 1.0
 MAX_DEFAULT_POLLERS = 32
 POLL_CONNECTIONS = 4
+# How long a stopping worker waits for an answer it sends again (see `_answer_folded`).
+STOP_RESEND = timedelta(seconds=5)
 # A task answered this soon after it started folds its worker's next poll into
 # the answer; longer, and that poll is sent at once on its own (see `Lane`).
 FOLD_WITHIN = 0.05
@@ -338,13 +340,16 @@ class Worker:
         finally:
             lane.give_back()
 
-    def _fold(self, lane: Lane) -> Any:
-        """The poll to fold into the answer being sent (`next_poll`), or None to
-        answer alone: the task ran past `fold_within`, or the worker is stopping."""
+    async def _send_answer(self, lane: Lane, method: str, req: Any, nothing: Callable[[], R]) -> R:
+        """Send a task's answer, with the lane's next poll folded in (`next_poll`)
+        unless the task ran past `fold_within` or the worker is stopping; the
+        response's `next_task` is what that poll got."""
         assert self._stop is not None
         if self._stop.is_set() or not lane.take_fold():
-            return None
-        return self._poll_request(lane.task_list)
+            alone: R = await self.client.rpc(method, req)
+            return alone
+        req.next_poll.CopyFrom(self._poll_request(lane.task_list))
+        return await self._answer_folded(lane, method, req, nothing)
 
     async def _poll(self, task_list: str, connection: AsyncClient) -> Any:
         resp = await connection.rpc(
@@ -390,11 +395,14 @@ class Worker:
         if isinstance(failure, _REFUSED):
             alone: R = await self.client.rpc(method, req)
             return alone
-        # At a stop, once: a server out of reach must not hold the worker for its
-        # grace (an answer that was not written leaves its task to time out).
+        # At a stop, once and briefly: a server out of reach must not hold the
+        # worker for its grace (an answer that was not written leaves its task
+        # to time out, and the server to retry it).
         stopped = self._stop.is_set()
         try:
-            again: R = await self.client.rpc(method, req, retried=not stopped)
+            again: R = await self.client.rpc(
+                method, req, retried=not stopped, timeout=STOP_RESEND if stopped else None
+            )
         except (NotFoundError, FailedPreconditionError):
             return nothing()
         except WeftError as exc:

@@ -124,7 +124,7 @@ async def test_a_malformed_folded_poll_refuses_the_answer_and_writes_nothing(
     assert (await wf.types()).count("ActivitySuccess") == 1
 
 
-async def test_a_decision_answer_with_a_folded_poll_it_may_not_make_is_refused_whole(
+async def test_a_decision_answer_with_a_malformed_folded_poll_is_refused_whole(
     stub: sg.WorkflowServiceStub,
 ) -> None:
     wf = Driver(stub)
