@@ -5,7 +5,6 @@ a folded poll to expire."""
 
 from __future__ import annotations
 
-import asyncio
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -15,6 +14,7 @@ import pytest
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from sdk import ActivityWorker, AsyncClient, Decider, DeciderWorker, DecisionTask, activity
+from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import wait_until
 from tests.sdk.conftest import make_decider, types
 from tests.serverproc import ServerProcess
@@ -104,7 +104,7 @@ async def test_a_shutdown_cuts_a_folded_poll_short_and_keeps_the_answer(
 
             await wait_until(answered, timeout=15)
             # The answer is written and its folded poll waits (up to a minute).
-            await asyncio.sleep(0.2)
+            await parked(server, "activity", task_list)
             assert calls(server, "RespondActivityTaskCompleted") == 0  # (still in the call)
         finally:
             began = time.monotonic()
