@@ -123,7 +123,7 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
         f"{title} ({result['workflows_per_batch']} workflows x {result['steps_per_workflow']}"
         " trivial activities / steps per batch)"
     )
-    rows, rows2, rows3 = [], [], []
+    rows, rows2, rows3, rows4 = [], [], [], []
     for p in result["points"]:
         rows.append(
             [
@@ -159,6 +159,18 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
                 fmt(p["weft.server_cpu_cores"], 2),
             ]
         )
+        if "floor.server_cpu_per_call_ms" in p:  # (results from before the floor lack it)
+            rows4.append(
+                [
+                    str(p["inflight"]),
+                    fmt(p["floor.calls_per_s"]),
+                    fmt(p["floor.server_cpu_per_call_ms"], 3),
+                    fmt(p["floor.server_cpu_per_activity_ms"], 2),
+                    fmt(p["ratio.floor_cpu_per_activity_in_echo_calls"], 1),
+                    fmt(p["weft.server_cpu_per_activity_ms"], 2),
+                    fmt(p["ratio.server_cpu_per_activity_over_floor"], 2),
+                ]
+            )
     return [
         "",
         head,
@@ -196,6 +208,30 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
         table(
             ["in flight", "RPCs/act", "transactions/act", "statements/act", "server cores"],
             rows3,
+        ),
+        *_floor(rows4),
+    ]
+
+
+def _floor(rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        "",
+        "The floor of Weft's stack (bench.floor: grpc.aio + psycopg, one commit and one"
+        " hand-off per call, none of Weft's code), at as many calls per activity as"
+        " Weft made RPCs",
+        table(
+            [
+                "in flight",
+                "floor calls/s",
+                "floor CPU ms/call",
+                "floor CPU ms/act",
+                "÷ (echo calls)",
+                "Weft CPU ms/act",
+                "Weft÷floor",
+            ],
+            rows,
         ),
     ]
 

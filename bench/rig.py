@@ -1,6 +1,7 @@
 """Everything a scenario needs, started once per run: the Weft server on
-PostgreSQL with its decider and runner processes, the echo server, the DBOS
-peer, the completion listener and the paths of the bare-append database."""
+PostgreSQL with its decider and runner processes, the echo server, the floor
+server, the DBOS peer, the completion listener and the paths of the
+bare-append database."""
 
 from __future__ import annotations
 
@@ -109,6 +110,8 @@ class Rig:
     pg: WeftNode
     echo: Process
     echo_address: str
+    floor: Process
+    floor_address: str
     peer: DbosPeer
     append_url: str
     admin_url: str

@@ -92,6 +92,10 @@ async def run(profile: Profile, admin_url: str, only: list[str], log_level: str)
     append.prepare(append_url, max(profile.inflight))
     echo_port = free_port()
     echo_server = python_module("echo-server", "bench.echo", [str(echo_port)], log_dir).start()
+    floor_port = free_port()
+    floor_server = python_module(
+        "floor-server", "bench.floor", [str(floor_port), append_url], log_dir
+    ).start()
     peer = DbosPeer(
         pgdb.url(admin_url, DBOS_DB).replace("postgresql://", "postgresql+psycopg://"), log_dir
     )
@@ -107,6 +111,8 @@ async def run(profile: Profile, admin_url: str, only: list[str], log_level: str)
             pg=node,
             echo=echo_server,
             echo_address=f"127.0.0.1:{echo_port}",
+            floor=floor_server,
+            floor_address=f"127.0.0.1:{floor_port}",
             peer=peer,
             append_url=append_url,
             admin_url=admin_url,
@@ -126,6 +132,7 @@ async def run(profile: Profile, admin_url: str, only: list[str], log_level: str)
         if node is not None:
             await node.stop()
         echo_server.stop()
+        floor_server.stop()
         for database in (WEFT_DB, DBOS_DB, APPEND_DB):
             pgdb.drop(admin_url, database)
     doc["targets"] = targets(doc["scenarios"])

@@ -4,7 +4,9 @@ figures measured seconds apart on the same noisy machine:
 1. throughput — Weft, N workflows of K trivial activities, at each in-flight level;
 2. the peer — DBOS Transact, N workflows of K trivial steps, same level, same PostgreSQL;
 3. the limits — a bare psycopg append transaction and a bare grpc.aio echo,
-   with as many concurrent writers / callers as workflows in flight.
+   with as many concurrent writers / callers as workflows in flight, and the
+   floor of Weft's stack (`bench.floor`: the same RPCs and commits with none
+   of Weft's code), with as many runs moving at once.
 
 Each repeat yields its own ratios; the report gives their medians and ranges.
 """
@@ -14,7 +16,7 @@ from __future__ import annotations
 from collections import defaultdict
 from typing import Any
 
-from bench import append, echo
+from bench import append, echo, floor
 from bench.rig import Rig
 from bench.scenarios.throughput import weft_batch
 from bench.stats import ratio, spread
@@ -44,6 +46,13 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
                 profile.limit_warmup,
                 rig.echo.cpu,
             )
+            bare_floor = await floor.load(
+                rig.floor_address,
+                inflight,
+                profile.limit_seconds,
+                profile.limit_warmup,
+                rig.floor.cpu,
+            )
             dbos_steps_per_s = dbos["steps"] / dbos["seconds"]
             for key, value in weft.items():
                 series[f"weft.{key}"].append(value)
@@ -57,6 +66,17 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
             series["echo.calls_per_s"].append(bare_echo.rate)
             series["echo.p50_ms"].append(bare_echo.p50_ms)
             series["echo.server_cpu_per_call_ms"].append(bare_echo.server_cpu_per_call_ms)
+            series["floor.calls_per_s"].append(bare_floor.rate)
+            series["floor.server_cpu_per_call_ms"].append(bare_floor.server_cpu_per_call_ms)
+            # The floor of one activity: as many floor calls as Weft made RPCs.
+            floor_ms = bare_floor.server_cpu_per_call_ms * weft["rpcs_per_activity"]
+            series["floor.server_cpu_per_activity_ms"].append(floor_ms)
+            series["ratio.floor_cpu_per_activity_in_echo_calls"].append(
+                ratio(floor_ms, bare_echo.server_cpu_per_call_ms)
+            )
+            series["ratio.server_cpu_per_activity_over_floor"].append(
+                ratio(weft["server_cpu_per_activity_ms"], floor_ms)
+            )
             acts = weft["activities_per_s"]
             series["ratio.weft_activities_over_dbos_steps"].append(ratio(acts, dbos_steps_per_s))
             series["ratio.append_txns_per_activity"].append(ratio(bare_append.rate, acts))
