@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import sys
 import time
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 
 import grpc
@@ -20,6 +20,7 @@ from sdk.api.weft.v1 import common_pb2
 
 METHOD = "/bench.Echo/Echo"
 Message = common_pb2.WorkflowExecution
+Behaviour = Callable[[Message, grpc.aio.ServicerContext[Message, Message]], Awaitable[Message]]
 
 
 async def _echo(request: Message, context: grpc.aio.ServicerContext[Message, Message]) -> Message:
@@ -27,14 +28,21 @@ async def _echo(request: Message, context: grpc.aio.ServicerContext[Message, Mes
 
 
 async def serve(port: int) -> None:
+    await serve_method(port, METHOD, _echo)
+
+
+async def serve_method(port: int, method: str, behaviour: Behaviour) -> None:
+    """Serve one unary method of `Message` (`/SERVICE/NAME`) on 127.0.0.1:PORT
+    until the process is stopped: the bench's reference servers."""
+    service, name = method.strip("/").split("/")
     server = grpc.aio.server()
     handler = grpc.unary_unary_rpc_method_handler(
-        _echo,
+        behaviour,
         request_deserializer=Message.FromString,
         response_serializer=Message.SerializeToString,
     )
     server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("bench.Echo", {"Echo": handler}),)
+        (grpc.method_handlers_generic_handler(service, {name: handler}),)
     )
     server.add_insecure_port(f"127.0.0.1:{port}")
     await server.start()

@@ -6,8 +6,9 @@ Weft's workers answer a task and, in the same call, wait for their next one
 (folded polls). So every call to the floor server:
 
 1. commits one transition: one prepared single-statement transaction
-   (`synchronous_commit` on) that moves a run row on and appends two events,
-   like the bench's bare append, on a connection of a small pool;
+   (`synchronous_commit` on) that moves a run row on and appends two events
+   (the bench's bare append also writes a task row, in three statements), on a
+   connection of a small pool;
 2. hands the run's next task to a call waiting on the other side (the decision
    side hands to the activity side and back), or queues it there;
 3. waits for its own side's next task and returns it.
@@ -18,6 +19,11 @@ commits cost on this machine with grpc.aio and psycopg, and Weft's distance
 above it is the price of its own code. A Weft activity costs
 `weft.rpcs_per_activity` such calls (one on each side, plus starts and the
 workflow's last decision); the bench multiplies by that figure of the same run.
+
+The bench paces the floor's calls to the rate Weft's server answered RPCs in the
+same repeat: a grpc.aio server's CPU per call falls as calls come faster (more
+of them share each turn of the event loop), so an unpaced floor, three times
+faster than Weft, would look cheaper than it is at Weft's rate.
 """
 
 from __future__ import annotations
@@ -35,12 +41,12 @@ import grpc
 import psycopg
 
 from bench.append import PAYLOAD
-from sdk.api.weft.v1 import common_pb2
+from bench.echo import Message, serve_method
 
 METHOD = "/bench.Floor/Answer"
-Message = common_pb2.WorkflowExecution
 POOL = 16
 SIDES = {"decide": "act", "act": "decide"}
+FIRST_POLL = -1  # a call with nothing to answer yet: it only waits for a task
 # The statement a transition costs at least: the run row moves on, its events
 # are appended, one round trip and one commit (the bench's append tables).
 TRANSITION = """
@@ -71,7 +77,7 @@ class FloorServer:
         self, request: Message, context: grpc.aio.ServicerContext[Message, Message]
     ) -> Message:
         side, run = request.workflow_id, int(request.run_id)
-        if run >= 0:  # below 0: a first poll, with nothing to answer
+        if run != FIRST_POLL:
             await self._commit(run)
             load, _, name = side.partition(":")
             self._hand(f"{load}:{SIDES[name]}", run)
@@ -79,7 +85,9 @@ class FloorServer:
 
     async def _commit(self, run: int) -> None:
         async with self._conn() as conn:
-            await conn.execute(TRANSITION, (run, PAYLOAD), prepare=True)
+            cur = await conn.execute(TRANSITION, (run, PAYLOAD), prepare=True)
+        if cur.rowcount != 2:  # no such run row: nothing was written
+            raise RuntimeError(f"run {run} has no row in append_executions")
 
     def _hand(self, side: str, run: int) -> None:
         waiting = self._waiting[side]
@@ -101,35 +109,28 @@ class FloorServer:
     async def _conn(self) -> AsyncIterator[psycopg.AsyncConnection[Any]]:
         async with self._slots:
             conn = self._idle.pop() if self._idle else None
-            if conn is None:
+            if conn is None or conn.closed:
                 conn = await psycopg.AsyncConnection.connect(
                     self._conninfo, autocommit=True, prepare_threshold=0
                 )
             try:
                 yield conn
-            finally:
+            except BaseException:
+                # A call that failed or was cancelled mid-statement may leave
+                # the connection in any state (as Weft's own pool does: drop it).
+                await conn.close()
+                raise
+            if not conn.closed:
                 self._idle.append(conn)
 
 
 async def serve(port: int, conninfo: str) -> None:
-    floor = FloorServer(conninfo)
-    server = grpc.aio.server()
-    handler = grpc.unary_unary_rpc_method_handler(
-        floor.answer,
-        request_deserializer=Message.FromString,
-        response_serializer=Message.SerializeToString,
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("bench.Floor", {"Answer": handler}),)
-    )
-    server.add_insecure_port(f"127.0.0.1:{port}")
-    await server.start()
-    await server.wait_for_termination()
+    await serve_method(port, METHOD, FloorServer(conninfo).answer)
 
 
 @dataclass(frozen=True)
 class FloorResult:
-    decisions: int  # answer calls (each one commit) completed in the window, by side
+    decisions: int  # replies to answer calls (each one commit) within the window, by side
     activities: int
     seconds: float
     server_cpu_s: float
@@ -147,24 +148,41 @@ class FloorResult:
         return self.server_cpu_s / self.calls * 1000 if self.calls else float("nan")
 
 
-_loads = 0
+class Pace:
+    """At most `rate` calls a second, spread evenly (None: no limit)."""
+
+    def __init__(self, rate: float | None) -> None:
+        self._interval = 1 / rate if rate else 0.0
+        self._next = time.perf_counter()
+
+    async def turn(self) -> None:
+        if not self._interval:
+            return
+        now = time.perf_counter()
+        slot = max(self._next, now)
+        self._next = slot + self._interval
+        if slot > now:
+            await asyncio.sleep(slot - now)
 
 
 async def load(
     address: str,
+    load_id: str,
     inflight: int,
     seconds: float,
     warmup: float,
     server_cpu: Callable[[], float],
+    rate: float | None = None,
 ) -> FloorResult:
-    """`inflight` runs moving at once, each task answered as soon as it
-    arrives by one of `inflight` callers per side; calls completed within the
-    counted window (after `warmup`) are counted, and `server_cpu()` is sampled
-    at its edges."""
-    global _loads
-    _loads += 1
-    decide, act = f"{_loads}:decide", f"{_loads}:act"
+    """`inflight` runs moving at once, each task answered by one of
+    `inflight` callers per side as soon as it arrives, or as `rate` (answer
+    calls a second, both sides together) allows. Replies within the counted
+    window (after `warmup`) are counted, and `server_cpu()` is sampled at its
+    edges. `load_id` names this load's sides on the server, so that runs an
+    earlier load left queued there never reach this one: give each load its own."""
+    decide, act = f"{load_id}:decide", f"{load_id}:act"
     counted = {decide: 0, act: 0}
+    pace = Pace(rate)
     async with grpc.aio.insecure_channel(address) as channel:
         call = channel.unary_unary(
             METHOD,
@@ -177,13 +195,15 @@ async def load(
 
         async def caller(side: str, run: int) -> None:
             while True:
+                if run != FIRST_POLL:
+                    await pace.turn()
                 reply = await call(Message(workflow_id=side, run_id=str(run)))
                 done = time.perf_counter()
-                if run >= 0 and measure_from <= done < stop_at:
+                if run != FIRST_POLL and measure_from <= done < stop_at:
                     counted[side] += 1
                 run = int(reply.run_id)
 
-        callers = [asyncio.create_task(caller(act, -1)) for _ in range(inflight)]
+        callers = [asyncio.create_task(caller(act, FIRST_POLL)) for _ in range(inflight)]
         callers += [asyncio.create_task(caller(decide, n)) for n in range(inflight)]
         await asyncio.sleep(measure_from - time.perf_counter())
         before = server_cpu()

@@ -219,8 +219,8 @@ def _floor(rows: list[list[str]]) -> list[str]:
     return [
         "",
         "The floor of Weft's stack (bench.floor: grpc.aio + psycopg, one commit and one"
-        " hand-off per call, none of Weft's code), at as many calls per activity as"
-        " Weft made RPCs",
+        " hand-off per call, none of Weft's code), paced to Weft's RPCs/s and counted at"
+        " as many calls per activity as Weft made RPCs",
         table(
             [
                 "in flight",

@@ -48,10 +48,13 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
             )
             bare_floor = await floor.load(
                 rig.floor_address,
+                f"{inflight}-{repeat}",
                 inflight,
                 profile.limit_seconds,
                 profile.limit_warmup,
                 rig.floor.cpu,
+                # at the rate Weft's server answered RPCs in this repeat
+                rate=weft["activities_per_s"] * weft["rpcs_per_activity"],
             )
             dbos_steps_per_s = dbos["steps"] / dbos["seconds"]
             for key, value in weft.items():
