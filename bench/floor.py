@@ -20,10 +20,10 @@ above it is the price of its own code. A Weft activity costs
 `weft.rpcs_per_activity` such calls (one on each side, plus starts and the
 workflow's last decision); the bench multiplies by that figure of the same run.
 
-The bench paces the floor's calls to the rate Weft's server answered RPCs in the
-same repeat: a grpc.aio server's CPU per call falls as calls come faster (more
-of them share each turn of the event loop), so an unpaced floor, three times
-faster than Weft, would look cheaper than it is at Weft's rate.
+Unpaced, the floor answers about three times as many calls a second as Weft's
+server does, and a grpc.aio server's CPU per call depends on how fast calls
+come. So the bench runs it twice in each repeat (`figures`): unpaced, and paced
+to the RPCs/s Weft's server answered in that repeat, the figure it compares with.
 """
 
 from __future__ import annotations
@@ -42,10 +42,12 @@ import psycopg
 
 from bench.append import PAYLOAD
 from bench.echo import Message, serve_method
+from bench.stats import ratio
 
 METHOD = "/bench.Floor/Answer"
 POOL = 16
-SIDES = {"decide": "act", "act": "decide"}
+DECIDE, ACT = "decide", "act"
+OTHER_SIDE = {DECIDE: ACT, ACT: DECIDE}
 FIRST_POLL = -1  # a call with nothing to answer yet: it only waits for a task
 # The statement a transition costs at least: the run row moves on, its events
 # are appended, one round trip and one commit (the bench's append tables).
@@ -60,9 +62,14 @@ UNION ALL SELECT id, next_event_id - 1, 'DeciderScheduled', '' FROM run
 """
 
 
-class FloorServer:
-    """Tasks are run numbers; a side is "LOAD:decide" or "LOAD:act", so that
+def side(load_id: str, name: str) -> str:
+    """A load's side on the server, "LOAD_ID:decide" or "LOAD_ID:act": so that
     the runs a finished load left queued never reach the next one."""
+    return f"{load_id}:{name}"
+
+
+class FloorServer:
+    """Tasks are run numbers, queued or handed over per side (`side`)."""
 
     def __init__(self, conninfo: str) -> None:
         self._conninfo = conninfo
@@ -76,12 +83,12 @@ class FloorServer:
     async def answer(
         self, request: Message, context: grpc.aio.ServicerContext[Message, Message]
     ) -> Message:
-        side, run = request.workflow_id, int(request.run_id)
+        own, run = request.workflow_id, int(request.run_id)
         if run != FIRST_POLL:
             await self._commit(run)
-            load, _, name = side.partition(":")
-            self._hand(f"{load}:{SIDES[name]}", run)
-        return Message(workflow_id=side, run_id=str(await self._next(side)))
+            load_id, _, name = own.rpartition(":")
+            self._hand(side(load_id, OTHER_SIDE[name]), run)
+        return Message(workflow_id=own, run_id=str(await self._next(own)))
 
     async def _commit(self, run: int) -> None:
         async with self._conn() as conn:
@@ -89,20 +96,20 @@ class FloorServer:
         if cur.rowcount != 2:  # no such run row: nothing was written
             raise RuntimeError(f"run {run} has no row in append_executions")
 
-    def _hand(self, side: str, run: int) -> None:
-        waiting = self._waiting[side]
+    def _hand(self, to: str, run: int) -> None:
+        waiting = self._waiting[to]
         while waiting:
             future = waiting.popleft()
             if not future.done():  # (a call the client cancelled is done)
                 future.set_result(run)
                 return
-        self._queued[side].append(run)
+        self._queued[to].append(run)
 
-    async def _next(self, side: str) -> int:
-        if self._queued[side]:
-            return self._queued[side].popleft()
+    async def _next(self, own: str) -> int:
+        if self._queued[own]:
+            return self._queued[own].popleft()
         future: asyncio.Future[int] = asyncio.get_running_loop().create_future()
-        self._waiting[side].append(future)
+        self._waiting[own].append(future)
         return await future
 
     @asynccontextmanager
@@ -152,7 +159,9 @@ class Pace:
     """At most `rate` calls a second, spread evenly (None: no limit)."""
 
     def __init__(self, rate: float | None) -> None:
-        self._interval = 1 / rate if rate else 0.0
+        if rate is not None and not rate > 0:  # (NaN too: never unpaced by accident)
+            raise ValueError(f"a pace must be a positive rate, not {rate}")
+        self._interval = 1 / rate if rate is not None else 0.0
         self._next = time.perf_counter()
 
     async def turn(self) -> None:
@@ -180,7 +189,7 @@ async def load(
     window (after `warmup`) are counted, and `server_cpu()` is sampled at its
     edges. `load_id` names this load's sides on the server, so that runs an
     earlier load left queued there never reach this one: give each load its own."""
-    decide, act = f"{load_id}:decide", f"{load_id}:act"
+    decide, act = side(load_id, DECIDE), side(load_id, ACT)
     counted = {decide: 0, act: 0}
     pace = Pace(rate)
     async with grpc.aio.insecure_channel(address) as channel:
@@ -193,14 +202,15 @@ async def load(
         measure_from = start + warmup
         stop_at = measure_from + seconds
 
-        async def caller(side: str, run: int) -> None:
+        async def caller(own: str, run: int) -> None:
             while True:
-                if run != FIRST_POLL:
+                answers = run != FIRST_POLL  # (a first poll commits nothing)
+                if answers:
                     await pace.turn()
-                reply = await call(Message(workflow_id=side, run_id=str(run)))
+                reply = await call(Message(workflow_id=own, run_id=str(run)))
                 done = time.perf_counter()
-                if run != FIRST_POLL and measure_from <= done < stop_at:
-                    counted[side] += 1
+                if answers and measure_from <= done < stop_at:
+                    counted[own] += 1
                 run = int(reply.run_id)
 
         callers = [asyncio.create_task(caller(act, FIRST_POLL)) for _ in range(inflight)]
@@ -218,6 +228,49 @@ async def load(
     return FloorResult(
         decisions=counted[decide], activities=counted[act], seconds=seconds, server_cpu_s=cpu
     )
+
+
+async def figures(
+    address: str,
+    load_id: str,
+    inflight: int,
+    seconds: float,
+    warmup: float,
+    server_cpu: Callable[[], float],
+    weft: dict[str, float],
+    echo_cpu_per_call_ms: float,
+) -> dict[str, float]:
+    """The floor beside a Weft batch (`weft`: its figures) in one repeat: an
+    unpaced load, then one paced to the RPCs/s Weft's server answered, each
+    counted at Weft's RPCs per activity. Both, because a grpc.aio server's CPU
+    per call depends on how fast calls come, and the unpaced floor runs faster
+    than Weft. Weft's distance above the floor is taken here, per repeat."""
+    rpcs = weft["rpcs_per_activity"]
+    weft_ms = weft["server_cpu_per_activity_ms"]
+    free = await load(address, f"{load_id}-free", inflight, seconds, warmup, server_cpu)
+    paced = await load(
+        address,
+        f"{load_id}-paced",
+        inflight,
+        seconds,
+        warmup,
+        server_cpu,
+        rate=weft["activities_per_s"] * rpcs,
+    )
+    floor_ms = paced.server_cpu_per_call_ms * rpcs
+    return {
+        "floor.calls_per_s": paced.rate,
+        "floor.server_cpu_per_call_ms": paced.server_cpu_per_call_ms,
+        "floor.server_cpu_per_activity_ms": floor_ms,
+        "floor.unpaced_calls_per_s": free.rate,
+        "floor.unpaced_server_cpu_per_activity_ms": free.server_cpu_per_call_ms * rpcs,
+        "weft.server_cpu_above_floor_ms": weft_ms - floor_ms,
+        "ratio.floor_cpu_per_activity_in_echo_calls": ratio(floor_ms, echo_cpu_per_call_ms),
+        "ratio.server_cpu_above_floor_in_echo_calls": ratio(
+            weft_ms - floor_ms, echo_cpu_per_call_ms
+        ),
+        "ratio.server_cpu_per_activity_over_floor": ratio(weft_ms, floor_ms),
+    }
 
 
 if __name__ == "__main__":

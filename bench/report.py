@@ -159,15 +159,17 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
                 fmt(p["weft.server_cpu_cores"], 2),
             ]
         )
-        if "floor.server_cpu_per_call_ms" in p:  # (results from before the floor lack it)
+        if "floor.unpaced_calls_per_s" in p:  # (results from before the floor lack it)
             rows4.append(
                 [
                     str(p["inflight"]),
                     fmt(p["floor.calls_per_s"]),
-                    fmt(p["floor.server_cpu_per_call_ms"], 3),
                     fmt(p["floor.server_cpu_per_activity_ms"], 2),
                     fmt(p["ratio.floor_cpu_per_activity_in_echo_calls"], 1),
-                    fmt(p["weft.server_cpu_per_activity_ms"], 2),
+                    fmt(p["floor.unpaced_calls_per_s"]),
+                    fmt(p["floor.unpaced_server_cpu_per_activity_ms"], 2),
+                    fmt(p["weft.server_cpu_above_floor_ms"], 2),
+                    fmt(p["ratio.server_cpu_above_floor_in_echo_calls"], 1),
                     fmt(p["ratio.server_cpu_per_activity_over_floor"], 2),
                 ]
             )
@@ -219,16 +221,19 @@ def _floor(rows: list[list[str]]) -> list[str]:
     return [
         "",
         "The floor of Weft's stack (bench.floor: grpc.aio + psycopg, one commit and one"
-        " hand-off per call, none of Weft's code), paced to Weft's RPCs/s and counted at"
-        " as many calls per activity as Weft made RPCs",
+        " hand-off per call, none of Weft's code), per activity at Weft's RPCs per"
+        " activity: paced to the RPCs/s Weft's server answered (the floor compared"
+        " with), and unpaced; Weft's server CPU above the paced floor, per repeat",
         table(
             [
                 "in flight",
-                "floor calls/s",
-                "floor CPU ms/call",
-                "floor CPU ms/act",
+                "paced calls/s",
+                "floor ms/act",
                 "÷ (echo calls)",
-                "Weft CPU ms/act",
+                "unpaced calls/s",
+                "unpaced ms/act",
+                "Weft above floor ms/act",
+                "÷ (echo calls)",
                 "Weft÷floor",
             ],
             rows,

@@ -46,15 +46,15 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
                 profile.limit_warmup,
                 rig.echo.cpu,
             )
-            bare_floor = await floor.load(
+            floor_figures = await floor.figures(
                 rig.floor_address,
                 f"{inflight}-{repeat}",
                 inflight,
                 profile.limit_seconds,
                 profile.limit_warmup,
                 rig.floor.cpu,
-                # at the rate Weft's server answered RPCs in this repeat
-                rate=weft["activities_per_s"] * weft["rpcs_per_activity"],
+                weft,
+                bare_echo.server_cpu_per_call_ms,
             )
             dbos_steps_per_s = dbos["steps"] / dbos["seconds"]
             for key, value in weft.items():
@@ -69,17 +69,8 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
             series["echo.calls_per_s"].append(bare_echo.rate)
             series["echo.p50_ms"].append(bare_echo.p50_ms)
             series["echo.server_cpu_per_call_ms"].append(bare_echo.server_cpu_per_call_ms)
-            series["floor.calls_per_s"].append(bare_floor.rate)
-            series["floor.server_cpu_per_call_ms"].append(bare_floor.server_cpu_per_call_ms)
-            # The floor of one activity: as many floor calls as Weft made RPCs.
-            floor_ms = bare_floor.server_cpu_per_call_ms * weft["rpcs_per_activity"]
-            series["floor.server_cpu_per_activity_ms"].append(floor_ms)
-            series["ratio.floor_cpu_per_activity_in_echo_calls"].append(
-                ratio(floor_ms, bare_echo.server_cpu_per_call_ms)
-            )
-            series["ratio.server_cpu_per_activity_over_floor"].append(
-                ratio(weft["server_cpu_per_activity_ms"], floor_ms)
-            )
+            for key, value in floor_figures.items():
+                series[key].append(value)
             acts = weft["activities_per_s"]
             series["ratio.weft_activities_over_dbos_steps"].append(ratio(acts, dbos_steps_per_s))
             series["ratio.append_txns_per_activity"].append(ratio(bare_append.rate, acts))

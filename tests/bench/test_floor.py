@@ -65,33 +65,41 @@ async def test_every_counted_call_commits_a_transition_and_every_run_moves(
     assert runs == 4  # the four runs in flight each went back and forth
 
 
-async def test_calls_keep_to_the_pace_they_are_given(floor_db: str, tmp_path: Path) -> None:
+async def test_the_floor_beside_a_weft_batch_is_paced_to_its_rpcs(
+    floor_db: str, tmp_path: Path
+) -> None:
+    weft = {"activities_per_s": 40.0, "rpcs_per_activity": 2.5, "server_cpu_per_activity_ms": 5.0}
     server, address = _start(floor_db, tmp_path)
     try:
         await _ready(address)
-        unpaced = await floor.load(address, "free", 4, 1.0, 0.2, server.cpu)
-        paced = await floor.load(address, "paced", 4, 1.0, 0.2, server.cpu, rate=100)
+        figures = await floor.figures(address, "t", 4, 1.0, 0.2, server.cpu, weft, 0.25)
     finally:
         server.stop()
-    assert unpaced.calls > 200  # (several hundred a second even on a slow day)
-    assert 70 <= paced.calls <= 110
+    assert 70 <= figures["floor.calls_per_s"] <= 110  # 40 activities/s x 2.5 RPCs
+    assert figures["floor.unpaced_calls_per_s"] > 200  # (hundreds even on a slow day)
+    floor_ms = figures["floor.server_cpu_per_call_ms"] * 2.5
+    assert figures["floor.server_cpu_per_activity_ms"] == pytest.approx(floor_ms)
+    assert figures["weft.server_cpu_above_floor_ms"] == pytest.approx(5.0 - floor_ms)
+    assert figures["ratio.floor_cpu_per_activity_in_echo_calls"] == pytest.approx(floor_ms / 0.25)
 
 
-async def test_a_floor_that_writes_nothing_fails_the_load(floor_db: str, tmp_path: Path) -> None:
-    with psycopg.connect(floor_db, autocommit=True) as conn:
-        conn.execute("DELETE FROM append_executions WHERE id = 1")
-    server, address = _start(floor_db, tmp_path)
-    try:
-        await _ready(address)
-        with pytest.raises(RuntimeError, match="the floor server failed a call"):
-            await floor.load(address, "t", 2, seconds=0.5, warmup=0.1, server_cpu=server.cpu)
-    finally:
-        server.stop()
+@pytest.mark.parametrize("rate", [0.0, -1.0, float("nan")])
+def test_a_pace_is_a_positive_rate(rate: float) -> None:
+    with pytest.raises(ValueError, match="positive rate"):
+        floor.Pace(rate)
 
 
-async def test_a_floor_that_cannot_commit_fails_the_load(floor_db: str, tmp_path: Path) -> None:
-    missing = floor_db.rsplit("/", 1)[0] + "/weft_no_such_database"
-    server, address = _start(missing, tmp_path)
+@pytest.mark.parametrize("broken", ["a run row is missing", "the database is missing"])
+async def test_a_floor_that_cannot_commit_fails_the_load(
+    broken: str, floor_db: str, tmp_path: Path
+) -> None:
+    db_url = floor_db
+    if broken == "a run row is missing":  # the statement then writes nothing
+        with psycopg.connect(floor_db, autocommit=True) as conn:
+            conn.execute("DELETE FROM append_executions WHERE id = 1")
+    else:
+        db_url = floor_db.rsplit("/", 1)[0] + "/weft_no_such_database"
+    server, address = _start(db_url, tmp_path)
     try:
         await _ready(address)
         with pytest.raises(RuntimeError, match="the floor server failed a call"):
