@@ -20,8 +20,8 @@ above it is the price of its own code. A Weft activity costs
 `weft.rpcs_per_activity` such calls (one on each side, plus starts and the
 workflow's last decision); the bench multiplies by that figure of the same run.
 
-Unpaced, the floor answers about three times as many calls a second as Weft's
-server does, and a grpc.aio server's CPU per call depends on how fast calls
+Unpaced, the floor answers two and a half to three times as many calls a second
+as Weft's server does, and a grpc.aio server's CPU per call depends on how fast calls
 come. So the bench runs it twice in each repeat (`figures`): unpaced, and paced
 to the RPCs/s Weft's server answered in that repeat, the figure it compares with.
 """
@@ -30,6 +30,7 @@ from __future__ import annotations
 
 import asyncio
 import collections
+import math
 import sys
 import time
 from collections.abc import AsyncIterator, Callable
@@ -159,7 +160,7 @@ class Pace:
     """At most `rate` calls a second, spread evenly (None: no limit)."""
 
     def __init__(self, rate: float | None) -> None:
-        if rate is not None and not rate > 0:  # (NaN too: never unpaced by accident)
+        if rate is not None and not (math.isfinite(rate) and rate > 0):  # never unpaced by accident
             raise ValueError(f"a pace must be a positive rate, not {rate}")
         self._interval = 1 / rate if rate is not None else 0.0
         self._next = time.perf_counter()
@@ -245,8 +246,6 @@ async def figures(
     counted at Weft's RPCs per activity. Both, because a grpc.aio server's CPU
     per call depends on how fast calls come, and the unpaced floor runs faster
     than Weft. Weft's distance above the floor is taken here, per repeat."""
-    rpcs = weft["rpcs_per_activity"]
-    weft_ms = weft["server_cpu_per_activity_ms"]
     free = await load(address, f"{load_id}-free", inflight, seconds, warmup, server_cpu)
     paced = await load(
         address,
@@ -255,8 +254,17 @@ async def figures(
         seconds,
         warmup,
         server_cpu,
-        rate=weft["activities_per_s"] * rpcs,
+        rate=weft["activities_per_s"] * weft["rpcs_per_activity"],
     )
+    return compare(paced, free, weft, echo_cpu_per_call_ms)
+
+
+def compare(
+    paced: FloorResult, free: FloorResult, weft: dict[str, float], echo_cpu_per_call_ms: float
+) -> dict[str, float]:
+    """The figures `figures` reports, from its two loads and the Weft batch's."""
+    rpcs = weft["rpcs_per_activity"]
+    weft_ms = weft["server_cpu_per_activity_ms"]
     floor_ms = paced.server_cpu_per_call_ms * rpcs
     return {
         "floor.calls_per_s": paced.rate,

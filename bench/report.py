@@ -159,17 +159,18 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
                 fmt(p["weft.server_cpu_cores"], 2),
             ]
         )
-        if "floor.unpaced_calls_per_s" in p:  # (results from before the floor lack it)
+        if "floor.calls_per_s" in p:  # (results from before the floor lack it)
             rows4.append(
                 [
                     str(p["inflight"]),
                     fmt(p["floor.calls_per_s"]),
                     fmt(p["floor.server_cpu_per_activity_ms"], 2),
                     fmt(p["ratio.floor_cpu_per_activity_in_echo_calls"], 1),
-                    fmt(p["floor.unpaced_calls_per_s"]),
-                    fmt(p["floor.unpaced_server_cpu_per_activity_ms"], 2),
-                    fmt(p["weft.server_cpu_above_floor_ms"], 2),
-                    fmt(p["ratio.server_cpu_above_floor_in_echo_calls"], 1),
+                    # (runs of the floor's first day were paced only, or unpaced only)
+                    fmt(p.get("floor.unpaced_calls_per_s")),
+                    fmt(p.get("floor.unpaced_server_cpu_per_activity_ms"), 2),
+                    fmt(p.get("weft.server_cpu_above_floor_ms"), 2),
+                    fmt(p.get("ratio.server_cpu_above_floor_in_echo_calls"), 1),
                     fmt(p["ratio.server_cpu_per_activity_over_floor"], 2),
                 ]
             )
