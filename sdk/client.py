@@ -38,6 +38,7 @@ from sdk.errors import (
     WorkflowTerminatedError,
     WorkflowTimedOutError,
     from_rpc_error,
+    retry_after,
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
@@ -522,7 +523,9 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
     ) -> Any:
         """Call `WorkflowService.<method>` (or `AdminService.<method>`), retrying
         `UNAVAILABLE` and `ABORTED` by the retry policy (`retried=False`: once,
-        for a call whose caller must know that it was not sent twice).
+        for a call whose caller must know that it was not sent twice), and a
+        refusal for the request rate after the wait the server asks for (it
+        did nothing, so that one is sent again either way).
 
         The low-level door the workers and the CLI use; prefer the methods above.
         """
@@ -536,6 +539,16 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 return await call(request, timeout=seconds, metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
+                pushback = retry_after(exc) if code == grpc.StatusCode.RESOURCE_EXHAUSTED else None
+                if pushback is not None:
+                    # Over the request rate: refused before anything was done,
+                    # so sent again even when `retried` is False.
+                    wait = delays.next(at_least=pushback.total_seconds())
+                    if wait is None:
+                        raise from_rpc_error(exc) from exc
+                    log.debug("rpc.rate_limited", method=method, wait=round(wait, 3))
+                    await asyncio.sleep(wait)
+                    continue
                 if not retried:
                     raise from_rpc_error(exc) from exc
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout == POLL_TIMEOUT:

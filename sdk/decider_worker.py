@@ -324,18 +324,30 @@ class DeciderWorker(Worker):
         except NotFoundError:
             log.warning("decision.stale", **where)
             return None
-        except (InvalidArgumentError, ResourceExhaustedError, TypeError, ValueError) as exc:
-            # The server refused the decisions as a whole (a payload over the
-            # limit, a bad name): record why in the history.
-            message = exc.message if isinstance(exc, WeftError) else str(exc)
-            log.error("decision.refused", error=message, attempt=task.attempt, **where)
-            await self._fail_task(token, "BAD_DECISIONS", {"message": message}, where)
+        except ResourceExhaustedError as exc:
+            if exc.retry_after is None:
+                await self._refused(token, exc, task, where)
+            else:  # the worker's request rate, past the retry policy: not the decisions'
+                log.error("decision.answer_failed", error=exc.message, **where)
+            return None
+        except (InvalidArgumentError, TypeError, ValueError) as exc:
+            await self._refused(token, exc, task, where)
             return None
         except WeftError as exc:
             log.error("decision.answer_failed", error=exc.message, **where)
             return None
         log.info("decision.completed", decisions=[d.kind for d in task.decisions], **where)
         return resp
+
+    async def _refused(
+        self, token: bytes, exc: Exception, task: DecisionTask, where: dict[str, Any]
+    ) -> None:
+        """The server refused the decisions as a whole (a payload over the limit,
+        a bad name, a run's limit), or they could not be encoded: record why in
+        the history."""
+        message = exc.message if isinstance(exc, WeftError) else str(exc)
+        log.error("decision.refused", error=message, attempt=task.attempt, **where)
+        await self._fail_task(token, "BAD_DECISIONS", {"message": message}, where)
 
     async def _cannot_decide(
         self,

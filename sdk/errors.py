@@ -10,9 +10,15 @@ status code; their `status` is None.
 from __future__ import annotations
 
 import inspect
+from datetime import timedelta
 from typing import Any, ClassVar
 
 import grpc
+
+# The trailing metadata of a RESOURCE_EXHAUSTED refusal for the caller's request
+# rate: whole milliseconds to wait before sending the call again (as HTTP's
+# Retry-After). The server sets it; the SDK honours it.
+RETRY_AFTER_METADATA = "weft-retry-after-ms"
 
 
 def _summary(cls: type) -> str:
@@ -68,9 +74,15 @@ class AbortedError(WeftError):
 
 
 class ResourceExhaustedError(WeftError):
-    """A limit was reached; nothing was changed."""
+    """A limit was reached; nothing was changed.
+
+    `retry_after` is set when the limit was the caller's request rate: the
+    call may be sent again after that long (the client does so by itself,
+    within its retry policy). It is None for a limit that waiting does not
+    lift, such as a run's pending activities."""
 
     status = grpc.StatusCode.RESOURCE_EXHAUSTED
+    retry_after: timedelta | None = None
 
 
 class UnavailableError(WeftError):
@@ -130,7 +142,23 @@ def from_rpc_error(exc: grpc.RpcError) -> WeftError:
     err = cls(details or None)
     if cls is WeftError:
         err.args = (f"{code.name}: {details or 'no details'}",)
+    if isinstance(err, ResourceExhaustedError):
+        err.retry_after = retry_after(exc)
     return err
+
+
+def retry_after(exc: grpc.RpcError) -> timedelta | None:
+    """How long the server asked the caller to wait (`RETRY_AFTER_METADATA`),
+    None if it did not ask."""
+    # (Pairs from grpc.aio, named tuples from the blocking API: both index.)
+    trailers: Any = exc.trailing_metadata() if hasattr(exc, "trailing_metadata") else None
+    for item in trailers or ():
+        if item[0] == RETRY_AFTER_METADATA:
+            try:
+                return timedelta(milliseconds=max(0, int(item[1])))
+            except ValueError:
+                return None  # (not a server of ours: treat it as no hint)
+    return None
 
 
 # -- a workflow's outcome, read from its history ------------------------------------

@@ -1,10 +1,12 @@
 """Retrying calls the server could not take: `UNAVAILABLE` (it is restarting, its
-database is down, or it is draining) and `ABORTED` (the call lost a race and
-wrote nothing). Starts, signals and cancels carry a request id the server
-deduplicates on, and task answers name their task with a token that goes stale
-once answered, so a retry after a lost answer does the work once. The exception
-is `terminate`: retried after a commit whose answer was lost, it finds the run
-closed and reports FAILED_PRECONDITION."""
+database is down, or it is draining), `ABORTED` (the call lost a race and wrote
+nothing) and `RESOURCE_EXHAUSTED` for the caller's request rate (refused before
+anything was done; sent again after the wait the server asks for). Starts,
+signals and cancels carry a request id the server deduplicates on, and task
+answers name their task with a token that goes stale once answered, so a retry
+after a lost answer does the work once. The exception is `terminate`: retried
+after a commit whose answer was lost, it finds the run closed and reports
+FAILED_PRECONDITION."""
 
 from __future__ import annotations
 
@@ -36,12 +38,13 @@ class Delays:
         self._next = min(policy.initial, policy.maximum).total_seconds()
         self.elapsed = 0.0
 
-    def next(self) -> float | None:
-        """Seconds to wait before the next attempt, or None to give up."""
+    def next(self, at_least: float = 0.0) -> float | None:
+        """Seconds to wait before the next attempt, or None to give up; no less
+        than `at_least` (what the server asked for) while the policy allows."""
         limit = self._policy.give_up_after
         if limit is not None and self.elapsed >= limit.total_seconds():
             return None
-        wait = self._next * (1 - random.random() / 5)
+        wait = max(self._next * (1 - random.random() / 5), at_least)
         if limit is not None:
             wait = min(wait, max(limit.total_seconds() - self.elapsed, 0.0))
         self._next = min(self._next * self._policy.multiplier, self._policy.maximum.total_seconds())

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
+import math
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -12,7 +13,8 @@ from typing import Any, TypeVar
 import grpc
 import structlog
 
-from orchestrator.engine.errors import EngineError, InvalidArgument
+from orchestrator.engine.errors import EngineError, InvalidArgument, RateLimited
+from sdk.errors import RETRY_AFTER_METADATA
 
 from . import validate
 from .handlers import MalformedRequest
@@ -39,7 +41,7 @@ def grpc_errors(
         except EngineError as exc:
             code = exc.code_name
             log.info("rpc.refused", rpc=method.__name__, code=code, reason=str(exc))
-            await context.abort(getattr(grpc.StatusCode, code), str(exc))
+            await context.abort(getattr(grpc.StatusCode, code), str(exc), _trailers(exc))
             raise  # abort raises; this line is for the type checker
         except asyncio.CancelledError:
             code = "CANCELLED"  # the client went away
@@ -60,3 +62,10 @@ def grpc_errors(
             self.metrics.rpc(method.__name__, code).observe(time.perf_counter() - started)
 
     return wrapper
+
+
+def _trailers(exc: EngineError) -> tuple[tuple[str, str], ...]:
+    """A rate refusal says when to come back, in whole milliseconds (at least 1)."""
+    if isinstance(exc, RateLimited):
+        return ((RETRY_AFTER_METADATA, str(max(1, math.ceil(exc.retry_after * 1000)))),)
+    return ()

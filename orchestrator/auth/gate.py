@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
-from orchestrator.engine.errors import ResourceExhausted, Unauthenticated
+from orchestrator.engine.errors import RateLimited, ResourceExhausted, Unauthenticated
 from orchestrator.store.credentials import KEY, CredentialRow, Credentials
 
 from . import keys
@@ -199,8 +199,9 @@ class PrincipalLimits:
         bucket.tokens = min(capacity, bucket.tokens + (now - bucket.at) * self.rate)
         bucket.at = now
         if bucket.tokens < 1:
-            raise ResourceExhausted(
-                f"{principal} is over its request rate ({self.rate:g}/s); slow down and retry"
+            raise RateLimited(
+                f"{principal} is over its request rate ({self.rate:g}/s); slow down and retry",
+                retry_after=(1 - bucket.tokens) / self.rate,
             )
         bucket.tokens -= 1
 

@@ -31,6 +31,16 @@ class ResourceExhausted(EngineError):
     code_name = "RESOURCE_EXHAUSTED"
 
 
+class RateLimited(ResourceExhausted):
+    """The caller is over its request rate: refused before anything was done,
+    and worth sending again once `retry_after` seconds have passed (a limit on
+    the run itself, the other RESOURCE_EXHAUSTED, is not)."""
+
+    def __init__(self, message: str, retry_after: float) -> None:
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Aborted(EngineError):
     """Lost a concurrent update; the caller may retry."""
 

@@ -8,7 +8,7 @@ import pytest
 from orchestrator.api import validate
 from orchestrator.auth.gate import PrincipalLimits
 from orchestrator.auth.grants import Grant, Refused, Scope
-from orchestrator.engine.errors import InvalidArgument, ResourceExhausted
+from orchestrator.engine.errors import InvalidArgument, RateLimited, ResourceExhausted
 
 
 def test_a_rate_under_one_per_two_seconds_still_lets_one_request_through() -> None:
@@ -51,3 +51,14 @@ def test_star_is_not_a_namespace_name() -> None:
     with pytest.raises(InvalidArgument, match="every namespace"):
         validate.namespace("*")
     assert validate.namespace("") == "default"
+
+
+def test_a_rate_refusal_says_how_long_until_the_next_request_is_let_in() -> None:
+    limits = PrincipalLimits(max_polls=0, rate=4.0)
+    for _ in range(8):  # the bucket: two seconds' worth
+        limits.spend("key:k_a")
+    with pytest.raises(RateLimited) as info:
+        limits.spend("key:k_a")
+    # At most a quarter second at 4/s; as much less as refilled meanwhile.
+    assert 0 < info.value.retry_after <= 0.25
+    assert info.value.code_name == "RESOURCE_EXHAUSTED"

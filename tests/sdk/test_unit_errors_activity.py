@@ -6,6 +6,7 @@
 from __future__ import annotations
 
 import asyncio
+import inspect
 import pickle
 import re
 import uuid
@@ -65,7 +66,9 @@ def test_from_rpc_error_without_details_uses_the_default(
 ) -> None:
     err = errors.from_rpc_error(FakeRpcError(code, details))
     assert type(err) is cls
-    assert err.message == cls.__doc__.strip()
+    # The default message is the docstring's first paragraph, on one line.
+    first_paragraph = inspect.cleandoc(cls.__doc__ or "").split("\n\n")[0]
+    assert err.message == " ".join(first_paragraph.split())
 
 
 @pytest.mark.parametrize(

@@ -85,3 +85,14 @@ def test_real_jitter_stays_in_range() -> None:
 def test_first_delay_is_capped_at_maximum() -> None:
     policy = RetryPolicy(timedelta(seconds=10), timedelta(seconds=5), give_up_after=None)
     assert take(policy, 2) == [5.0, 5.0]
+
+
+@pytest.mark.usefixtures("no_jitter")
+def test_a_wait_the_server_asks_for_is_kept_and_counted() -> None:
+    delays = RetryPolicy(give_up_after=timedelta(seconds=2)).delays()
+    assert delays.next(at_least=0.75) == 0.75  # longer than the backoff's 0.1 s
+    assert delays.next(at_least=0.0) == 0.2  # the backoff goes on as before
+    assert delays.elapsed == pytest.approx(0.95)
+    # Never past the policy's budget: what is left of it, then nothing.
+    assert delays.next(at_least=5.0) == pytest.approx(1.05)
+    assert delays.next(at_least=0.1) is None
