@@ -43,7 +43,7 @@ from sdk.errors import (
     WeftError,
 )
 from sdk.sync_client import Client
-from sdk.worker import DEFAULT_GRACE, Lane, Worker
+from sdk.worker import DEFAULT_GRACE, AnswerUnconfirmed, Lane, Worker
 
 log = structlog.get_logger("weft.runner")
 
@@ -214,6 +214,11 @@ class ActivityWorker(Worker):
             return None
         except (NotFoundError, FailedPreconditionError):
             log.warning("activity.stale", outcome="completed", **where)
+            return None
+        except AnswerUnconfirmed as exc:
+            log.warning(
+                "activity.answer_unconfirmed", outcome="completed", error=exc.message, **where
+            )
             return None
         except WeftError as exc:
             log.error("activity.answer_failed", outcome="completed", error=exc.message, **where)

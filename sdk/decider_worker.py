@@ -40,7 +40,7 @@ from sdk.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedErr
 from sdk.events import Event, event_from_proto
 from sdk.history import Fold
 from sdk.sync_client import Client
-from sdk.worker import DEFAULT_GRACE, Lane, Worker
+from sdk.worker import DEFAULT_GRACE, AnswerUnconfirmed, Lane, Worker
 
 log = structlog.get_logger("weft.decider")
 
@@ -332,6 +332,9 @@ class DeciderWorker(Worker):
             return None
         except (InvalidArgumentError, TypeError, ValueError) as exc:
             await self._refused(token, exc, task, where)
+            return None
+        except AnswerUnconfirmed as exc:
+            log.warning("decision.answer_unconfirmed", error=exc.message, **where)
             return None
         except WeftError as exc:
             log.error("decision.answer_failed", error=exc.message, **where)

@@ -57,6 +57,11 @@ _REFUSED = (
 )
 
 
+class AnswerUnconfirmed(WeftError):
+    """The worker stopped before the server confirmed its answer: it may have
+    been taken, or the task times out and the server retries it."""
+
+
 class Lane:
     """One of a worker's polls of a task list, lent to the task it got.
 
@@ -370,8 +375,8 @@ class Worker:
         went. Anything else (the connection lost, the worker stopping, which
         cuts the call short) may have come after the answer was written: it is
         sent again alone, and NOT_FOUND or FAILED_PRECONDITION then mean it was
-        (or is moot), which the empty response says; so does a stopping
-        worker's failure to send it again.
+        (or is moot), which the empty response says. A stopping worker that
+        cannot send it again raises `AnswerUnconfirmed`.
         """
         assert self._stop is not None
         call = asyncio.ensure_future(
@@ -408,8 +413,7 @@ class Worker:
         except WeftError as exc:
             if not stopped:
                 raise
-            log.warning("task.answer_unconfirmed", kind=self.kind, error=exc.message)
-            return nothing()
+            raise AnswerUnconfirmed(exc.message) from exc
         return again
 
     def _log_crash(self, task: asyncio.Task[None]) -> None:

@@ -10,6 +10,7 @@ from datetime import timedelta
 from pathlib import Path
 
 import pytest
+import structlog.testing
 
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
@@ -132,8 +133,9 @@ async def test_a_worker_stops_at_once_when_its_server_died_under_a_folded_poll(
     tmp_path: Path,
 ) -> None:
     """The server is killed while the runner's answer waits in its folded poll:
-    at the stop the answer is sent again once (not for the whole grace), and the
-    worker is gone in a few seconds."""
+    at the stop the answer is sent again once (not for the whole grace), the
+    worker is gone in a few seconds, and its log says the answer is unconfirmed
+    (not that the activity completed)."""
     node = ServerProcess(f"sqlite:///{tmp_path / 'weft.db'}", tmp_path, long_poll="60s")
     await node.start()
     try:
@@ -145,8 +147,12 @@ async def test_a_worker_stops_at_once_when_its_server_died_under_a_folded_poll(
 
             runner = ActivityWorker(client, task_lists=["died"], activities=[step], concurrency=1)
             runner.fold_within = 30.0
+            # (The decider's own last answer would wait out its grace for the dead server.)
             async with DeciderWorker(
-                client, task_lists=["died"], deciders=[make_decider("fold-died", decide)]
+                client,
+                task_lists=["died"],
+                deciders=[make_decider("fold-died", decide)],
+                grace=timedelta(seconds=2),
             ):
                 await runner.__aenter__()
                 run = await client.start_workflow("fold-died", task_list="died")
@@ -157,8 +163,11 @@ async def test_a_worker_stops_at_once_when_its_server_died_under_a_folded_poll(
                 await wait_until(answered, timeout=15)
                 node.kill9()
                 began = time.monotonic()
-                await runner.__aexit__(None, None, None)
+                with structlog.testing.capture_logs() as logs:
+                    await runner.__aexit__(None, None, None)
                 assert time.monotonic() - began < runner.grace.total_seconds() / 2
                 assert runner.abandoned == 0
+        said = [e["event"] for e in logs if e.get("workflow_id") == run.workflow_id]
+        assert said == ["activity.answer_unconfirmed"]
     finally:
         node.stop()
