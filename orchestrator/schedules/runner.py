@@ -1,8 +1,10 @@
 """The schedule runner: one asyncio task on the leading node that starts the
 runs schedules ask for.
 
-Each pass reads every schedule and, for each, the fire times since the last one
-it handled. A slot later than its catch-up window is counted as missed; the
+Each pass reads the schedules that are due (each row keeps when its next slot
+is due; a change by an operator, or a buffered slot waiting for a run to close,
+makes it due at once) and, for each, the fire times since the last one it
+handled. A slot later than its catch-up window is counted as missed; the
 others go through the overlap policy and are started through the same path as
 StartWorkflow, with the workflow id `<schedule>/<slot, UTC ISO>` and a fixed
 request id. That pair is the one guarantee that a slot starts at most once:
@@ -166,9 +168,11 @@ class ScheduleRunner:
                 await asyncio.wait_for(self._poke.wait(), max(0.01, min(wait, PASS)))
 
     async def pass_once(self) -> float:
-        """Handle every schedule once; seconds until the next slot is due."""
+        """Handle every schedule that is due (or changed) once; seconds until
+        the next one is due."""
         wait = PASS
-        for row in await self._store.schedules.find(None):
+        began = self._clock()
+        for row in await self._store.schedules.due(began):
             now = self._clock()
             try:
                 new, due = await self._handle(row, now)
@@ -179,13 +183,18 @@ class ScheduleRunner:
                     schedule=row.name,
                     error=str(exc)[:200],
                 )
-                continue
+                continue  # (still due: the next pass tries it again)
+            new = replace(new, due_at=due if due is not None else NEVER)
             # Lost to another writer, the next pass works from what it wrote,
             # and starts already made are found again by their ids.
             if new != row and await self._store.schedules.save(new):
                 self._count(row, new)
             if due is not None:
                 wait = min(wait, (due - self._clock()).total_seconds())
+        # The ones not looked at: the earliest of them to come due.
+        later = await self._store.schedules.next_due(after=began)
+        if later is not None:
+            wait = min(wait, (later - self._clock()).total_seconds())
         return wait
 
     def _count(self, before: ScheduleRow, after: ScheduleRow) -> None:

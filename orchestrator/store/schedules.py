@@ -15,7 +15,7 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime
 from typing import Any
 
-from sqlalchemy import delete, insert, select, update
+from sqlalchemy import delete, func, insert, or_, select, update
 from sqlalchemy.exc import IntegrityError
 
 from orchestrator.engine.errors import Aborted, AlreadyExists, NotFound
@@ -64,6 +64,8 @@ class ScheduleRow:
     missed: int = 0
     recent: tuple[RecentRun, ...] = field(default_factory=tuple)
     version: int = 0
+    due_at: datetime | None = None
+    """When the runner must next look at it; None: at the next pass."""
 
     def with_recent(self, run: RecentRun) -> ScheduleRow:
         """The run remembered first (once), the oldest forgotten past RECENT."""
@@ -116,6 +118,7 @@ def _values(row: ScheduleRow) -> dict[str, Any]:
             ]
         ),
         "version": row.version,
+        "due_at": _naive(row.due_at),
     }
 
 
@@ -155,6 +158,7 @@ def _row(r: Any) -> ScheduleRow:
             for r in json.loads(m["recent"])
         ),
         version=m["version"],
+        due_at=_aware(m["due_at"]),
     )
 
 
@@ -195,6 +199,29 @@ class Schedules:
             query = query.where(schedules.c.namespace == namespace)
         return [_row(r) for r in await self._store._rows(query)]
 
+    async def due(self, now: datetime) -> list[ScheduleRow]:
+        """The schedules the runner must look at by `now`, by name: those due,
+        changed since it last looked, or keeping a slot until a run closes."""
+        due_at = schedules.c.due_at
+        query = (
+            select(schedules)
+            .where(
+                or_(
+                    due_at.is_(None),
+                    due_at <= _naive(now),
+                    schedules.c.buffered_slot.is_not(None),
+                )
+            )
+            .order_by(schedules.c.namespace, schedules.c.name)
+        )
+        return [_row(r) for r in await self._store._rows(query)]
+
+    async def next_due(self, after: datetime) -> datetime | None:
+        """The earliest time after `after` that a schedule comes due."""
+        due_at = schedules.c.due_at
+        found = await self._store._first(select(func.min(due_at)).where(due_at > _naive(after)))
+        return _aware(found[0]) if found is not None else None
+
     async def save(self, row: ScheduleRow) -> bool:
         """Write `row` if the stored one is still at `row.version` (it becomes
         version + 1); False if another writer came first (or it was deleted)."""
@@ -218,12 +245,13 @@ class Schedules:
         self, namespace: str, name: str, fn: Callable[[ScheduleRow], ScheduleRow]
     ) -> ScheduleRow:
         """Read, apply `fn`, write back; again if the runner wrote in between.
-        NotFound if there is no such schedule; `fn` may raise to change nothing."""
+        NotFound if there is no such schedule; `fn` may raise to change nothing.
+        The changed schedule is due at the next pass, whatever changed."""
         for _ in range(_CAS_ATTEMPTS):
             row = await self.get(namespace, name)
             if row is None:
                 raise NotFound(f"no schedule {name!r} in namespace {namespace!r}")
-            new = fn(row)
+            new = replace(fn(row), due_at=None)
             if await self.save(new):
                 return replace(new, version=new.version + 1)
         raise Aborted(f"schedule {name!r} changed concurrently too often: try again")

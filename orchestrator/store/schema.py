@@ -329,4 +329,8 @@ schedules = Table(
     # JSON: the latest runs started, newest first (slot, workflow id, run id).
     Column("recent", Text, nullable=False),
     Column("version", BigInteger, nullable=False),
+    # When the runner must next look at it (its next start, or the next pass
+    # while a buffered slot waits); NULL after any other change: at once.
+    Column("due_at", DateTime()),
+    Index("ix_schedules_due", "due_at"),
 )

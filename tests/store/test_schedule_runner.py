@@ -16,7 +16,7 @@ from orchestrator.api.tokens import TokenCodec
 from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.metrics import Metrics
-from orchestrator.schedules.runner import ScheduleRunner, start_time
+from orchestrator.schedules.runner import NEVER, ScheduleRunner, start_time
 from orchestrator.store.schedules import ScheduleRow
 from orchestrator.store.store import Store
 from tests.schedule_rows import schedule_row
@@ -166,3 +166,58 @@ async def test_a_pass_lost_before_its_write_starts_nothing_twice(store: Store) -
     )
     crash_runs = [r for r in runs if r.key.workflow_id.startswith("crash/")]
     assert len(crash_runs) == 3
+
+
+async def test_a_pass_reads_only_the_schedules_that_are_due(
+    store: Store, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Each row keeps when it is next due: a pass reads the rows due by then,
+    those an operator changed, and those keeping a slot until a run closes."""
+    clock = Clock("2026-11-25T10:00:00")
+    run = runner(store, clock, await service_of(store))
+    await store.schedules.add(row("daily", "2026-11-25T10:00:00"))  # 02:30 Brussels
+    await store.schedules.add(row("hourly", "2026-11-25T10:00:00", cron="0 * * * *"))
+    await store.schedules.add(row("paused", "2026-11-25T10:00:00", paused=True))
+    assert len(await store.schedules.due(clock())) == 3  # new: not looked at yet
+
+    assert await run.pass_once() == 1.0  # (a pass at least each PASS)
+    due_at = {r.name: r.due_at for r in await store.schedules.find(None)}
+    assert due_at == {
+        "daily": utc("2026-11-26T01:30:00"),
+        "hourly": utc("2026-11-25T11:00:00"),
+        "paused": NEVER,
+    }
+    assert await store.schedules.due(clock()) == []
+    # The next pass waits for the earliest of the rows it does not read.
+    clock.set("2026-11-25T10:59:59.750000")
+    assert await run.pass_once() == pytest.approx(0.25)
+
+    clock.set("2026-11-25T11:00:30")
+    handled: list[str] = []
+    handle = run._handle
+
+    async def recorded(r: ScheduleRow, now: datetime) -> tuple[ScheduleRow, datetime | None]:
+        handled.append(r.name)
+        return await handle(r, now)
+
+    monkeypatch.setattr(run, "_handle", recorded)
+    await run.pass_once()
+    assert handled == ["hourly"]
+    assert await ids(store, "hourly") == ["hourly/2026-11-25T11:00:00Z"]
+
+    # An operator's change is looked at by the next pass, whatever it changed.
+    await store.schedules.change("default", "paused", lambda r: replace(r, paused=False))
+    handled.clear()
+    await run.pass_once()
+    assert handled == ["paused"]
+    got = await store.schedules.get("default", "paused")
+    assert got is not None and got.due_at == utc("2026-11-26T01:30:00")
+
+    # A slot kept until the open run closes is looked at each pass, whenever
+    # its next slot is due: here the run closed (there is none), so it starts.
+    kept = row("kept", "2026-11-25T10:00:00", buffered_slot=utc("2026-11-25T11:00:00"))
+    await store.schedules.add(replace(kept, due_at=NEVER))
+    handled.clear()
+    await run.pass_once()
+    assert handled == ["kept"]
+    assert await ids(store, "kept") == ["kept/2026-11-25T11:00:00Z"]

@@ -1,0 +1,26 @@
+"""schedules: when each is next due, so a pass reads only the schedules due
+
+Revision ID: 0012
+Revises: 0011
+"""
+
+from collections.abc import Sequence
+
+import sqlalchemy as sa
+from alembic import op
+
+revision: str = "0012"
+down_revision: str | None = "0011"
+branch_labels: Sequence[str] | None = None
+depends_on: Sequence[str] | None = None
+
+
+def upgrade() -> None:
+    # NULL: look at it at the next pass (every schedule stored before this).
+    op.add_column("schedules", sa.Column("due_at", sa.DateTime(), nullable=True))
+    op.create_index("ix_schedules_due", "schedules", ["due_at"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_schedules_due", table_name="schedules")
+    op.drop_column("schedules", "due_at")
