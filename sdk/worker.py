@@ -189,7 +189,11 @@ class Worker:
             log.info("worker.stopped", kind=self.kind, identity=self.identity)
             return
         try:
-            await self.session.open()
+            # (A server still out of reach is retried for the client's policy:
+            # a shutdown meanwhile ends the worker at once.)
+            if not await self._until_stopped(self.session.open()):
+                log.info("worker.stopped", kind=self.kind, identity=self.identity)
+                return
         except WeftError as exc:  # polls go on without one; the keeper tries again
             log.warning("worker.session_failed", identity=self.identity, error=exc.message)
         keeper = asyncio.create_task(self.session.keep())

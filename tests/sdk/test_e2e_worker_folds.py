@@ -5,6 +5,8 @@ a folded poll to expire."""
 
 from __future__ import annotations
 
+import asyncio
+import socket
 import time
 from datetime import timedelta
 from pathlib import Path
@@ -124,6 +126,21 @@ async def test_a_worker_stops_when_its_server_is_gone(server_config: ServerConfi
         runner = ActivityWorker(client, task_lists=["gone"], activities=[step], concurrency=2)
         await runner.__aenter__()
         await node.stop(grace=0.5)
+        began = time.monotonic()
+        await runner.__aexit__(None, None, None)
+        assert time.monotonic() - began < 10
+
+
+async def test_a_worker_stops_while_its_server_is_still_out_of_reach() -> None:
+    """A stop while the worker is still registering its session (the server not
+    up yet) ends it at once, not when the client's retry policy gives up."""
+    with socket.socket() as probe:  # a port nothing listens on
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    async with AsyncClient(f"127.0.0.1:{port}") as client:
+        runner = ActivityWorker(client, task_lists=["nowhere"], activities=[step])
+        await runner.__aenter__()
+        await asyncio.sleep(0.5)  # (registering: retried for up to a minute)
         began = time.monotonic()
         await runner.__aexit__(None, None, None)
         assert time.monotonic() - began < 10
