@@ -21,7 +21,7 @@ from concurrent.futures import ThreadPoolExecutor
 from datetime import UTC, timedelta
 from pathlib import Path
 from types import TracebackType
-from typing import Any
+from typing import Any, TypeVar
 
 import structlog
 
@@ -50,6 +50,7 @@ log = structlog.get_logger("weft.runner")
 # Failure details are a payload too: keep a traceback well inside the limit.
 TRACEBACK_CHARS = 16_000
 PAYLOAD_TOO_LARGE = "PayloadTooLarge"
+R = TypeVar("R")
 
 
 class ActivityWorker(Worker):
@@ -139,19 +140,16 @@ class ActivityWorker(Worker):
                 log.warning("activity.deadline_passed", outcome="stopped, not answered", **where)
                 return None
             if beat.cancel_requested:
-                await self._canceled(task.task_token, where)
-                return None
+                return await self._canceled(task.task_token, where, lane)
             # The worker is shutting down past its grace: say so now, so the
             # decider can retry at once instead of at a timeout.
             shutdown = ActivityFailure("the worker shut down", reason="WorkerShutdown")
             await self._fail(task.task_token, where, shutdown)
             raise
         except ActivityCancelledError:
-            await self._canceled(task.task_token, where)
-            return None
+            return await self._canceled(task.task_token, where, lane)
         except Exception as exc:
-            await self._fail(task.task_token, where, exc)
-            return None
+            return await self._fail(task.task_token, where, exc, lane)
         finally:
             beat.stop()
         return await self._complete(task.task_token, where, result, lane)
@@ -198,8 +196,7 @@ class ActivityWorker(Worker):
         try:
             payload = self.client.converter.encode(result)
         except (TypeError, ValueError) as exc:
-            await self._fail(token, where, exc)
-            return None
+            return await self._fail(token, where, exc, lane)
         req = s.RespondActivityTaskCompletedRequest(
             task_token=token, result=payload, identity=self.identity
         )
@@ -210,8 +207,7 @@ class ActivityWorker(Worker):
         except InvalidArgumentError as exc:
             # CONTRACT: a result over the limit fails the activity at once.
             reason = PAYLOAD_TOO_LARGE if "payload" in exc.message else "ResultRefused"
-            await self._fail(token, where, ActivityFailure(exc.message, reason=reason))
-            return None
+            return await self._fail(token, where, ActivityFailure(exc.message, reason=reason), lane)
         except (NotFoundError, FailedPreconditionError):
             log.warning("activity.stale", outcome="completed", **where)
             return None
@@ -226,7 +222,11 @@ class ActivityWorker(Worker):
         log.info("activity.completed", **where)
         return self._task_of(lane.task_list, resp.next_task)
 
-    async def _fail(self, token: bytes, where: dict[str, Any], exc: BaseException) -> None:
+    async def _fail(
+        self, token: bytes, where: dict[str, Any], exc: BaseException, lane: Lane | None = None
+    ) -> tuple[str, s.PollForActivityTaskResponse] | None:
+        """Report the activity failed (with the lane's next poll when it may fold
+        one in, as `_complete` does); the task that poll got, if any."""
         reason, details, non_retryable = failure_of(exc)
         try:
             payload = self.client.converter.encode(details)
@@ -240,25 +240,48 @@ class ActivityWorker(Worker):
             non_retryable=non_retryable,
             identity=self.identity,
         )
-        if await self._answer_request("RespondActivityTaskFailed", req, where):
-            log.info("activity.failed", reason=reason, error=details["message"], **where)
+        failed = s.RespondActivityTaskFailedResponse
+        resp = await self._answer_request("RespondActivityTaskFailed", req, where, lane, failed)
+        if resp is None:
+            return None
+        log.info("activity.failed", reason=reason, error=details["message"], **where)
+        return self._task_of(lane.task_list, resp.next_task) if lane is not None else None
 
-    async def _canceled(self, token: bytes, where: dict[str, Any]) -> None:
+    async def _canceled(
+        self, token: bytes, where: dict[str, Any], lane: Lane
+    ) -> tuple[str, s.PollForActivityTaskResponse] | None:
         req = s.RespondActivityTaskCanceledRequest(task_token=token, identity=self.identity)
-        if await self._answer_request("RespondActivityTaskCanceled", req, where):
-            log.info("activity.canceled", **where)
+        canceled = s.RespondActivityTaskCanceledResponse
+        resp = await self._answer_request("RespondActivityTaskCanceled", req, where, lane, canceled)
+        if resp is None:
+            return None
+        log.info("activity.canceled", **where)
+        return self._task_of(lane.task_list, resp.next_task)
 
-    async def _answer_request(self, method: str, req: Any, where: dict[str, Any]) -> bool:
+    async def _answer_request(
+        self,
+        method: str,
+        req: Any,
+        where: dict[str, Any],
+        lane: Lane | None,
+        nothing: Callable[[], R],
+    ) -> R | None:
+        """Send an answer other than a result, with the lane's next poll when it
+        may fold one in (no lane: alone); its response, None if it was not taken."""
         try:
-            await self.client.rpc(method, req)
-            return True
+            if lane is None:
+                alone: R = await self.client.rpc(method, req)
+                return alone
+            return await self._send_answer(lane, method, req, nothing)
         except (NotFoundError, FailedPreconditionError):
             # Timed out (NOT_FOUND), or its run closed (FAILED_PRECONDITION): the
             # task is no longer ours to answer.
             log.warning("activity.stale", outcome=method, **where)
+        except AnswerUnconfirmed as exc:
+            log.warning("activity.answer_unconfirmed", outcome=method, error=exc.message, **where)
         except WeftError as exc:
             log.error("activity.answer_failed", outcome=method, error=exc.message, **where)
-        return False
+        return None
 
 
 def failure_of(exc: BaseException) -> tuple[str, dict[str, Any], bool]:

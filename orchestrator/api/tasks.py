@@ -86,6 +86,12 @@ class ActivityStart:
 
 
 R = TypeVar("R")
+# The answers to an activity task that may carry the runner's next poll.
+ActivityAnswer = (
+    s.RespondActivityTaskCompletedRequest
+    | s.RespondActivityTaskFailedRequest
+    | s.RespondActivityTaskCanceledRequest
+)
 P = TypeVar("P", s.PollForDecisionTaskResponse, s.PollForActivityTaskResponse)
 
 
@@ -389,15 +395,8 @@ class TaskService(ServiceBase):
         self, req: s.RespondActivityTaskCompletedRequest, ctx: Ctx
     ) -> s.RespondActivityTaskCompletedResponse:
         result = optional_payload(req, "result")
-        fold = _folded_poll_target(req, "PollForActivityTask")
-        await self._answer(
-            req, ACTIVITY, lambda t, token: activities.complete(t, token, result, req.identity)
-        )
-        if fold is None:
-            return s.RespondActivityTaskCompletedResponse()
-        next_task = await self._folded_poll(
-            lambda: self._poll_activity_task(req.next_poll, *fold, ctx.peer()),
-            s.PollForActivityTaskResponse,
+        next_task = await self._activity_answer(
+            req, lambda t, token: activities.complete(t, token, result, req.identity), ctx
         )
         return s.RespondActivityTaskCompletedResponse(next_task=next_task)
 
@@ -406,24 +405,38 @@ class TaskService(ServiceBase):
         self, req: s.RespondActivityTaskFailedRequest, ctx: Ctx
     ) -> s.RespondActivityTaskFailedResponse:
         details = optional_payload(req, "details")
-        await self._answer(
+        next_task = await self._activity_answer(
             req,
-            ACTIVITY,
             lambda t, token: activities.fail(
                 t, token, req.reason, details, req.non_retryable, req.identity
             ),
+            ctx,
         )
-        return s.RespondActivityTaskFailedResponse()
+        return s.RespondActivityTaskFailedResponse(next_task=next_task)
 
     @grpc_errors
     async def RespondActivityTaskCanceled(
         self, req: s.RespondActivityTaskCanceledRequest, ctx: Ctx
     ) -> s.RespondActivityTaskCanceledResponse:
         details = optional_payload(req, "details")
-        await self._answer(
-            req, ACTIVITY, lambda t, token: activities.canceled(t, token, details, req.identity)
+        next_task = await self._activity_answer(
+            req, lambda t, token: activities.canceled(t, token, details, req.identity), ctx
         )
-        return s.RespondActivityTaskCanceledResponse()
+        return s.RespondActivityTaskCanceledResponse(next_task=next_task)
+
+    async def _activity_answer(
+        self, req: ActivityAnswer, fn: Callable[[Transition, TaskToken], None], ctx: Ctx
+    ) -> s.PollForActivityTaskResponse | None:
+        """A runner's answer to its activity task, then the poll it folded in
+        (None when it folded none)."""
+        fold = _folded_poll_target(req, "PollForActivityTask")
+        await self._answer(req, ACTIVITY, fn)
+        if fold is None:
+            return None
+        return await self._folded_poll(
+            lambda: self._poll_activity_task(req.next_poll, *fold, ctx.peer()),
+            s.PollForActivityTaskResponse,
+        )
 
     # -- task lists and registrations ---------------------------------------------------
 
@@ -467,7 +480,7 @@ def _validated_poll(
 
 
 def _folded_poll_target(
-    req: s.RespondDecisionTaskCompletedRequest | s.RespondActivityTaskCompletedRequest, rpc: str
+    req: s.RespondDecisionTaskCompletedRequest | ActivityAnswer, rpc: str
 ) -> tuple[str, str] | None:
     """(namespace, worker session) of the poll folded into an answer, None if
     there is none. Checked before the answer is written: a malformed poll, or

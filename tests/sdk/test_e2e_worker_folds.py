@@ -19,7 +19,7 @@ from orchestrator.server import Server
 from sdk import ActivityWorker, AsyncClient, Decider, DeciderWorker, DecisionTask, activity
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import wait_until
-from tests.sdk.conftest import make_decider, types
+from tests.sdk.conftest import make_decider, types, wait_for_event
 from tests.serverproc import ServerProcess
 
 WAIT = timedelta(seconds=20)
@@ -84,6 +84,86 @@ async def test_quick_tasks_poll_in_their_answers(
     # of the run reads the history.
     assert decider_worker.cache is not None
     assert (decider_worker.cache.hits, decider_worker.cache.misses) == (CHAIN, 1)
+
+
+@activity(name="flaky")
+async def flaky(attempt: int) -> int:
+    if attempt == 1:
+        raise ValueError("the first try fails")
+    return attempt
+
+
+async def test_a_failed_activity_polls_in_its_answer_too(
+    client: AsyncClient, server: Server, task_list: str
+) -> None:
+    """Each step fails once and is scheduled again: the failures' answers
+    carry the runner's next poll as the results' do."""
+
+    def decide(task: DecisionTask) -> None:
+        done = [a for a in task.activities.values() if a.status == "succeeded"]
+        if len(done) == CHAIN:
+            task.complete(len(done))
+        elif all(a.status in ("succeeded", "failed") for a in task.activities.values()):
+            step_no, failed = len(done), f"s{len(done)}-1" in task.activities
+            attempt = 2 if failed else 1
+            task.schedule_activity(f"s{step_no}-{attempt}", flaky, attempt, task_list=task_list)
+
+    decider_worker = DeciderWorker(
+        client, task_lists=[task_list], deciders=[make_decider("fold-flaky", decide)]
+    )
+    runner = ActivityWorker(client, task_lists=[task_list], activities=[flaky], concurrency=1)
+    decider_worker.fold_within = runner.fold_within = 30.0
+    async with decider_worker, runner:
+        run = await client.start_workflow("fold-flaky", task_list=task_list)
+        assert await client.result(run.workflow_id, timeout=WAIT) == CHAIN
+    history = types(await client.history(run.workflow_id))
+    assert (history.count("ActivityFailed"), history.count("ActivitySuccess")) == (CHAIN, CHAIN)
+    assert calls(server, "RespondActivityTaskFailed") == CHAIN
+    assert calls(server, "PollForActivityTask") == 1
+
+
+@activity(name="patient")
+async def patient() -> str:
+    deadline = time.monotonic() + 30  # (no test waits this long for it)
+    while time.monotonic() < deadline:
+        activity.heartbeat()
+        await asyncio.sleep(0.02)
+    return "never canceled"
+
+
+async def test_a_canceled_activity_polls_in_its_answer_too(
+    client: AsyncClient, server: Server, task_list: str
+) -> None:
+    """An activity canceled on a signal: its answer carries the runner's next
+    poll, which gets the step scheduled after it."""
+
+    def decide(task: DecisionTask) -> None:
+        acts = task.activities
+        if task.is_first:
+            task.schedule_activity(
+                "a", patient, task_list=task_list, heartbeat=timedelta(seconds=0.3)
+            )
+        elif "b" in acts and acts["b"].status == "succeeded":
+            task.complete(acts["a"].status)
+        elif acts["a"].status == "canceled" and "b" not in acts:
+            task.schedule_activity("b", step, 1, task_list=task_list)
+        elif task.signals("cancel") and acts["a"].status == "started":
+            task.cancel_activity("a")
+
+    decider_worker = DeciderWorker(
+        client, task_lists=[task_list], deciders=[make_decider("fold-cancel", decide)]
+    )
+    runner = ActivityWorker(
+        client, task_lists=[task_list], activities=[patient, step], concurrency=1
+    )
+    decider_worker.fold_within = runner.fold_within = 30.0
+    async with decider_worker, runner:
+        run = await client.start_workflow("fold-cancel", task_list=task_list)
+        await wait_for_event(client, run.workflow_id, "ActivityStarted")
+        await client.signal(run.workflow_id, "cancel")
+        assert await client.result(run.workflow_id, timeout=WAIT) == "canceled"
+    assert calls(server, "RespondActivityTaskCanceled") == 1
+    assert calls(server, "PollForActivityTask") == 1
 
 
 async def test_a_shutdown_cuts_a_folded_poll_short_and_keeps_the_answer(

@@ -1171,12 +1171,17 @@ class RespondActivityTaskFailedRequest(_message.Message):
     DETAILS_FIELD_NUMBER: _builtins.int
     NON_RETRYABLE_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    NEXT_POLL_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     reason: _builtins.str
     non_retryable: _builtins.bool
     identity: _builtins.str
     @_builtins.property
     def details(self) -> _common_pb2.Payload: ...
+    @_builtins.property
+    def next_poll(self) -> Global___PollForActivityTaskRequest:
+        """As in RespondActivityTaskCompletedRequest."""
+
     def __init__(
         self,
         *,
@@ -1185,10 +1190,11 @@ class RespondActivityTaskFailedRequest(_message.Message):
         details: _common_pb2.Payload | None = ...,
         non_retryable: _builtins.bool = ...,
         identity: _builtins.str = ...,
+        next_poll: Global___PollForActivityTaskRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "next_poll", b"next_poll"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "identity", b"identity", "non_retryable", b"non_retryable", "reason", b"reason", "task_token", b"task_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "identity", b"identity", "next_poll", b"next_poll", "non_retryable", b"non_retryable", "reason", b"reason", "task_token", b"task_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1198,12 +1204,17 @@ Global___RespondActivityTaskFailedRequest: _TypeAlias = RespondActivityTaskFaile
 class RespondActivityTaskFailedResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    NEXT_TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def next_task(self) -> Global___PollForActivityTaskResponse: ...
     def __init__(
         self,
+        *,
+        next_task: Global___PollForActivityTaskResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1216,20 +1227,26 @@ class RespondActivityTaskCanceledRequest(_message.Message):
     TASK_TOKEN_FIELD_NUMBER: _builtins.int
     DETAILS_FIELD_NUMBER: _builtins.int
     IDENTITY_FIELD_NUMBER: _builtins.int
+    NEXT_POLL_FIELD_NUMBER: _builtins.int
     task_token: _builtins.bytes
     identity: _builtins.str
     @_builtins.property
     def details(self) -> _common_pb2.Payload: ...
+    @_builtins.property
+    def next_poll(self) -> Global___PollForActivityTaskRequest:
+        """As in RespondActivityTaskCompletedRequest."""
+
     def __init__(
         self,
         *,
         task_token: _builtins.bytes = ...,
         details: _common_pb2.Payload | None = ...,
         identity: _builtins.str = ...,
+        next_poll: Global___PollForActivityTaskRequest | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details"]  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "next_poll", b"next_poll"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "identity", b"identity", "task_token", b"task_token"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["details", b"details", "identity", b"identity", "next_poll", b"next_poll", "task_token", b"task_token"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
@@ -1239,12 +1256,17 @@ Global___RespondActivityTaskCanceledRequest: _TypeAlias = RespondActivityTaskCan
 class RespondActivityTaskCanceledResponse(_message.Message):
     DESCRIPTOR: _descriptor.Descriptor
 
+    NEXT_TASK_FIELD_NUMBER: _builtins.int
+    @_builtins.property
+    def next_task(self) -> Global___PollForActivityTaskResponse: ...
     def __init__(
         self,
+        *,
+        next_task: Global___PollForActivityTaskResponse | None = ...,
     ) -> None: ...
-    _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _HasFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _Never  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["next_task", b"next_task"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
