@@ -150,3 +150,16 @@ class Driver:
 
     async def types(self) -> list[str]:
         return [e.type for e in await self.history()]
+
+
+def rpc_calls(server: Any, method: str, code: str | None = None) -> float:
+    """The calls of `method` an in-process `Server` answered (with status `code`,
+    or whatever their status), from its RPC metrics."""
+    return sum(
+        sample.value
+        for metric in server.metrics.registry.collect()
+        for sample in metric.samples
+        if sample.name == "weft_rpc_duration_seconds_count"
+        and sample.labels["method"] == method
+        and (code is None or sample.labels["code"] == code)
+    )

@@ -16,9 +16,17 @@ import structlog.testing
 
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
-from sdk import ActivityWorker, AsyncClient, Decider, DeciderWorker, DecisionTask, activity
+from sdk import (
+    ActivityDefinition,
+    ActivityWorker,
+    AsyncClient,
+    Decider,
+    DeciderWorker,
+    DecisionTask,
+    activity,
+)
 from tests.e2e.security.auth_matrix_setup import parked
-from tests.helpers import wait_until
+from tests.helpers import rpc_calls, wait_until
 from tests.sdk.conftest import make_decider, types, wait_for_event
 from tests.serverproc import ServerProcess
 
@@ -50,25 +58,28 @@ def server_config(db_url: str) -> ServerConfig:
     return ServerConfig(db_url=db_url, listen="127.0.0.1:0", long_poll=60.0, drain_grace=1.0)
 
 
-def calls(server: Server, method: str) -> float:
-    """The calls of `method` the server answered, whatever their status."""
-    return sum(
-        sample.value
-        for metric in server.metrics.registry.collect()
-        for sample in metric.samples
-        if sample.name == "weft_rpc_duration_seconds_count" and sample.labels["method"] == method
+def folding(
+    client: AsyncClient,
+    task_list: str,
+    decider: Decider,
+    activities: list[ActivityDefinition],
+    deciders: int = 8,
+) -> tuple[DeciderWorker, ActivityWorker]:
+    """A decider worker and a one-slot runner on `task_list` that fold the next
+    poll into every answer (no task of these tests counts as slow)."""
+    decider_worker = DeciderWorker(
+        client, task_lists=[task_list], deciders=[decider], concurrency=deciders
     )
+    runner = ActivityWorker(client, task_lists=[task_list], activities=activities, concurrency=1)
+    # (This loop serves the server too: a stall must not make a task look slow.)
+    decider_worker.fold_within = runner.fold_within = 30.0
+    return decider_worker, runner
 
 
 async def test_quick_tasks_poll_in_their_answers(
     client: AsyncClient, server: Server, task_list: str
 ) -> None:
-    decider_worker = DeciderWorker(
-        client, task_lists=[task_list], deciders=[chain(task_list)], concurrency=4
-    )
-    runner = ActivityWorker(client, task_lists=[task_list], activities=[step], concurrency=1)
-    # (This loop serves the server too: a stall must not make a task look slow.)
-    decider_worker.fold_within = runner.fold_within = 30.0
+    decider_worker, runner = folding(client, task_list, chain(task_list), [step], deciders=4)
     async with decider_worker, runner:
         run = await client.start_workflow("fold-chain", task_list=task_list)
         assert await client.result(run.workflow_id, timeout=WAIT) == CHAIN
@@ -77,8 +88,8 @@ async def test_quick_tasks_poll_in_their_answers(
     # The only polls of their own were each lane's first: every later task came
     # to a poll folded into the answer of the one before. (A decision lane that
     # never got a task may not be counted yet: its poll was cut at the exit.)
-    assert calls(server, "PollForActivityTask") == 1
-    assert calls(server, "PollForDecisionTask") <= 4
+    assert rpc_calls(server, "PollForActivityTask") == 1
+    assert rpc_calls(server, "PollForDecisionTask") <= 4
     # A decision task may come to another lane while the last answer's folded
     # poll still waits: the run is in the cache by then, so only the first task
     # of the run reads the history.
@@ -108,18 +119,15 @@ async def test_a_failed_activity_polls_in_its_answer_too(
             attempt = 2 if failed else 1
             task.schedule_activity(f"s{step_no}-{attempt}", flaky, attempt, task_list=task_list)
 
-    decider_worker = DeciderWorker(
-        client, task_lists=[task_list], deciders=[make_decider("fold-flaky", decide)]
-    )
-    runner = ActivityWorker(client, task_lists=[task_list], activities=[flaky], concurrency=1)
-    decider_worker.fold_within = runner.fold_within = 30.0
+    decider = make_decider("fold-flaky", decide)
+    decider_worker, runner = folding(client, task_list, decider, [flaky])
     async with decider_worker, runner:
         run = await client.start_workflow("fold-flaky", task_list=task_list)
         assert await client.result(run.workflow_id, timeout=WAIT) == CHAIN
     history = types(await client.history(run.workflow_id))
     assert (history.count("ActivityFailed"), history.count("ActivitySuccess")) == (CHAIN, CHAIN)
-    assert calls(server, "RespondActivityTaskFailed") == CHAIN
-    assert calls(server, "PollForActivityTask") == 1
+    assert rpc_calls(server, "RespondActivityTaskFailed") == CHAIN
+    assert rpc_calls(server, "PollForActivityTask") == 1
 
 
 @activity(name="patient")
@@ -150,20 +158,15 @@ async def test_a_canceled_activity_polls_in_its_answer_too(
         elif task.signals("cancel") and acts["a"].status == "started":
             task.cancel_activity("a")
 
-    decider_worker = DeciderWorker(
-        client, task_lists=[task_list], deciders=[make_decider("fold-cancel", decide)]
-    )
-    runner = ActivityWorker(
-        client, task_lists=[task_list], activities=[patient, step], concurrency=1
-    )
-    decider_worker.fold_within = runner.fold_within = 30.0
+    decider = make_decider("fold-cancel", decide)
+    decider_worker, runner = folding(client, task_list, decider, [patient, step])
     async with decider_worker, runner:
         run = await client.start_workflow("fold-cancel", task_list=task_list)
         await wait_for_event(client, run.workflow_id, "ActivityStarted")
         await client.signal(run.workflow_id, "cancel")
         assert await client.result(run.workflow_id, timeout=WAIT) == "canceled"
-    assert calls(server, "RespondActivityTaskCanceled") == 1
-    assert calls(server, "PollForActivityTask") == 1
+    assert rpc_calls(server, "RespondActivityTaskCanceled") == 1
+    assert rpc_calls(server, "PollForActivityTask") == 1
 
 
 async def test_a_shutdown_cuts_a_folded_poll_short_and_keeps_the_answer(
@@ -188,7 +191,7 @@ async def test_a_shutdown_cuts_a_folded_poll_short_and_keeps_the_answer(
             await wait_until(answered, timeout=15)
             # The answer is written and its folded poll waits (up to a minute).
             await parked(server, "activity", task_list)
-            assert calls(server, "RespondActivityTaskCompleted") == 0  # (still in the call)
+            assert rpc_calls(server, "RespondActivityTaskCompleted") == 0  # (still in the call)
         finally:
             began = time.monotonic()
             await runner.__aexit__(None, None, None)

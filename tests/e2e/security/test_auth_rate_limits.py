@@ -15,7 +15,7 @@ import pytest
 
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
-from sdk import AsyncClient, DeciderWorker, DecisionTask
+from sdk import AsyncClient, Decider, DeciderWorker, DecisionTask
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.errors import (
@@ -26,6 +26,7 @@ from sdk.errors import (
 from sdk.retry import RetryPolicy
 from tests.e2e.security import auth_matrix_setup
 from tests.e2e.security.auth_matrix_setup import Setup, parked
+from tests.helpers import rpc_calls
 from tests.sdk.conftest import make_decider, types
 
 RATE = 5.0  # requests per second per principal; the bucket holds two seconds' worth
@@ -56,22 +57,7 @@ async def limited(
 
 def refusals(server: Server, method: str) -> float:
     """The calls of `method` the server refused with RESOURCE_EXHAUSTED."""
-    return sum(
-        sample.value
-        for metric in server.metrics.registry.collect()
-        for sample in metric.samples
-        if sample.name == "weft_rpc_duration_seconds_count"
-        and sample.labels == {"method": method, "code": "RESOURCE_EXHAUSTED"}
-    )
-
-
-def calls(server: Server, method: str) -> float:
-    return sum(
-        sample.value
-        for metric in server.metrics.registry.collect()
-        for sample in metric.samples
-        if sample.name == "weft_rpc_duration_seconds_count" and sample.labels["method"] == method
-    )
+    return rpc_calls(server, method, "RESOURCE_EXHAUSTED")
 
 
 def client(setup: Setup, who: str, retry: RetryPolicy | None = None) -> AsyncClient:
@@ -92,6 +78,19 @@ async def drain(setup: Setup, who: str) -> None:
             except ResourceExhaustedError:
                 return
     raise AssertionError(f"{who} was never refused for its rate")
+
+
+def draining_decider(setup: Setup, drained: list[int]) -> Decider:
+    """Completes its run with "done"; at its first task, first spends the
+    worker key's whole bucket (noted in `drained`), so its answer is refused."""
+
+    async def decide(task: DecisionTask) -> None:
+        if not drained:
+            drained.append(1)
+            await drain(setup, "worker")
+        task.complete("done")
+
+    return make_decider("wt-rate", decide)
 
 
 @pytest.mark.long_poll(1)
@@ -150,17 +149,12 @@ async def test_a_busy_decider_is_answered_late_not_refused(limited: Setup) -> No
     """The decider spends its key's whole bucket while deciding: its answer is
     refused for the rate, sent again after the wait, and taken."""
     drained: list[int] = []
-
-    async def decide(task: DecisionTask) -> None:
-        if not drained:
-            drained.append(1)
-            await drain(limited, "worker")
-        task.complete("done")
+    decider = draining_decider(limited, drained)
 
     async with (
         client(limited, "worker") as worker,
         client(limited, "admin") as admin,
-        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[make_decider("wt-rate", decide)]),
+        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[decider]),
     ):
         run = await admin.start_workflow("wt-rate", task_list="tl-rate")
         assert await admin.result(run.workflow_id, timeout=timedelta(seconds=20)) == "done"
@@ -174,17 +168,12 @@ async def test_a_decider_out_of_retries_does_not_blame_its_decisions(limited: Se
     """With no retries, the refused answer is left for the server to time out
     and retry: no `RespondDecisionTaskFailed(BAD_DECISIONS)` is sent."""
     drained: list[int] = []
-
-    async def decide(task: DecisionTask) -> None:
-        if not drained:
-            drained.append(1)
-            await drain(limited, "worker")
-        task.complete("done")
+    decider = draining_decider(limited, drained)
 
     async with (
         client(limited, "worker", NO_RETRIES) as worker,
         client(limited, "admin") as admin,
-        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[make_decider("wt-rate", decide)]),
+        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[decider]),
     ):
         run = await admin.start_workflow(
             "wt-rate", task_list="tl-rate", decider_timeout=timedelta(seconds=1)
@@ -192,6 +181,6 @@ async def test_a_decider_out_of_retries_does_not_blame_its_decisions(limited: Se
         assert await admin.result(run.workflow_id, timeout=timedelta(seconds=20)) == "done"
         history = types(await admin.history(run.workflow_id))
     assert refusals(limited.server, "RespondDecisionTaskCompleted") >= 1
-    assert calls(limited.server, "RespondDecisionTaskFailed") == 0
+    assert rpc_calls(limited.server, "RespondDecisionTaskFailed") == 0
     assert "DeciderFailed" not in history
     assert history.count("DeciderTimedOut") == 1
