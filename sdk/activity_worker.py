@@ -37,13 +37,14 @@ from sdk.client import AsyncClient
 from sdk.errors import (
     ActivityCancelledError,
     ActivityFailure,
+    AnswerUnconfirmedError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
     WeftError,
 )
 from sdk.sync_client import Client
-from sdk.worker import DEFAULT_GRACE, AnswerUnconfirmed, Lane, Worker
+from sdk.worker import DEFAULT_GRACE, Lane, Worker
 
 log = structlog.get_logger("weft.runner")
 
@@ -211,7 +212,7 @@ class ActivityWorker(Worker):
         except (NotFoundError, FailedPreconditionError):
             log.warning("activity.stale", outcome="completed", **where)
             return None
-        except AnswerUnconfirmed as exc:
+        except AnswerUnconfirmedError as exc:
             log.warning(
                 "activity.answer_unconfirmed", outcome="completed", error=exc.message, **where
             )
@@ -277,7 +278,7 @@ class ActivityWorker(Worker):
             # Timed out (NOT_FOUND), or its run closed (FAILED_PRECONDITION): the
             # task is no longer ours to answer.
             log.warning("activity.stale", outcome=method, **where)
-        except AnswerUnconfirmed as exc:
+        except AnswerUnconfirmedError as exc:
             log.warning("activity.answer_unconfirmed", outcome=method, error=exc.message, **where)
         except WeftError as exc:
             log.error("activity.answer_failed", outcome=method, error=exc.message, **where)

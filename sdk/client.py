@@ -1,8 +1,9 @@
 """`AsyncClient`: the SDK's one real client, on `grpc.aio`.
 
 Everything else (the sync `Client`, the workers, the CLI) goes through it. Each
-call becomes one RPC; `UNAVAILABLE` is retried with backoff (see `retry.py`),
-any other failure raises the typed error of `errors.py`.
+call becomes one RPC; `UNAVAILABLE` and `ABORTED` are retried with backoff, and
+a refusal for the caller's request rate after the wait the server asks for (see
+`retry.py`); any other failure raises the typed error of `errors.py`.
 """
 
 from __future__ import annotations
@@ -522,10 +523,10 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         retried: bool = True,
     ) -> Any:
         """Call `WorkflowService.<method>` (or `AdminService.<method>`), retrying
-        `UNAVAILABLE` and `ABORTED` by the retry policy (`retried=False`: once,
-        for a call whose caller must know that it was not sent twice), and a
-        refusal for the request rate after the wait the server asks for (it
-        did nothing, so that one is sent again either way).
+        `UNAVAILABLE` and `ABORTED` by the retry policy, and a refusal for the
+        request rate after the wait the server asks for, within the policy's
+        time (`retried=False`: once, for a call whose caller must know that it
+        was not sent twice, or that must not wait).
 
         The low-level door the workers and the CLI use; prefer the methods above.
         """
@@ -539,18 +540,16 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 return await call(request, timeout=seconds, metadata=self._metadata)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
-                pushback = retry_after(exc) if code == grpc.StatusCode.RESOURCE_EXHAUSTED else None
-                if pushback is not None:
-                    # Over the request rate: refused before anything was done,
-                    # so sent again even when `retried` is False.
-                    wait = delays.next(at_least=pushback.total_seconds())
+                if not retried:
+                    raise from_rpc_error(exc) from exc
+                asked = retry_after(exc) if code == grpc.StatusCode.RESOURCE_EXHAUSTED else None
+                if asked is not None:  # over the request rate: refused before doing anything
+                    wait = delays.pushback(asked.total_seconds())
                     if wait is None:
                         raise from_rpc_error(exc) from exc
                     log.debug("rpc.rate_limited", method=method, wait=round(wait, 3))
                     await asyncio.sleep(wait)
                     continue
-                if not retried:
-                    raise from_rpc_error(exc) from exc
                 if code == grpc.StatusCode.DEADLINE_EXCEEDED and timeout == POLL_TIMEOUT:
                     continue  # a long poll outlived a silent connection: ask again
                 if code == grpc.StatusCode.UNAVAILABLE and looks_like_tls(exc.details() or ""):

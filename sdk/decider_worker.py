@@ -36,11 +36,17 @@ from sdk.converter import PayloadDecodeError
 from sdk.decider import Decider, DecisionTask
 from sdk.decider_cache import DEFAULT_SIZE as DEFAULT_CACHE_SIZE
 from sdk.decider_cache import CachedRun, RunCache
-from sdk.errors import InvalidArgumentError, NotFoundError, ResourceExhaustedError, WeftError
+from sdk.errors import (
+    AnswerUnconfirmedError,
+    InvalidArgumentError,
+    NotFoundError,
+    ResourceExhaustedError,
+    WeftError,
+)
 from sdk.events import Event, event_from_proto
 from sdk.history import Fold
 from sdk.sync_client import Client
-from sdk.worker import DEFAULT_GRACE, AnswerUnconfirmed, Lane, Worker
+from sdk.worker import DEFAULT_GRACE, Lane, Worker
 
 log = structlog.get_logger("weft.decider")
 
@@ -333,7 +339,7 @@ class DeciderWorker(Worker):
         except (InvalidArgumentError, TypeError, ValueError) as exc:
             await self._refused(token, exc, task, where)
             return None
-        except AnswerUnconfirmed as exc:
+        except AnswerUnconfirmedError as exc:
             log.warning("decision.answer_unconfirmed", error=exc.message, **where)
             return None
         except WeftError as exc:

@@ -204,6 +204,19 @@ class WorkflowTerminatedError(WorkflowOutcomeError):
     """The workflow was terminated."""
 
 
+# -- a worker's own ------------------------------------------------------------------
+
+
+class AnswerUnconfirmedError(WeftError):
+    """The worker stopped before the server confirmed its answer.
+
+    The answer may have been taken; if it was not, the task times out and the
+    server retries it. Workers log it; it does not reach user code.
+    """
+
+    status = None
+
+
 # -- raised by activity code ----------------------------------------------------------
 
 

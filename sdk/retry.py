@@ -38,16 +38,27 @@ class Delays:
         self._next = min(policy.initial, policy.maximum).total_seconds()
         self.elapsed = 0.0
 
-    def next(self, at_least: float = 0.0) -> float | None:
-        """Seconds to wait before the next attempt, or None to give up; no less
-        than `at_least` (what the server asked for) while the policy allows."""
+    def next(self) -> float | None:
+        """Seconds to wait before the next attempt, or None to give up."""
         limit = self._policy.give_up_after
         if limit is not None and self.elapsed >= limit.total_seconds():
             return None
-        wait = max(self._next * (1 - random.random() / 5), at_least)
+        wait = self._next * (1 - random.random() / 5)
         if limit is not None:
             wait = min(wait, max(limit.total_seconds() - self.elapsed, 0.0))
         self._next = min(self._next * self._policy.multiplier, self._policy.maximum.total_seconds())
+        self.elapsed += wait
+        return wait
+
+    def pushback(self, asked: float) -> float | None:
+        """Seconds to wait when the server asked for `asked` (its request rate):
+        that, lengthened by up to a fifth at random so that callers refused
+        together do not come back together; None when the policy's time would
+        run out first. The backoff does not grow: the server said when."""
+        wait = asked * (1 + random.random() / 5)
+        limit = self._policy.give_up_after
+        if limit is not None and self.elapsed + wait > limit.total_seconds():
+            return None
         self.elapsed += wait
         return wait
 

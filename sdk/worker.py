@@ -22,6 +22,7 @@ import structlog
 
 from sdk.client import POLL_TIMEOUT, AsyncClient
 from sdk.errors import (
+    AnswerUnconfirmedError,
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
@@ -55,11 +56,6 @@ _REFUSED = (
     UnauthenticatedError,
     ResourceExhaustedError,
 )
-
-
-class AnswerUnconfirmed(WeftError):
-    """The worker stopped before the server confirmed its answer: it may have
-    been taken, or the task times out and the server retries it."""
 
 
 class Lane:
@@ -380,7 +376,7 @@ class Worker:
         cuts the call short) may have come after the answer was written: it is
         sent again alone, and NOT_FOUND or FAILED_PRECONDITION then mean it was
         (or is moot), which the empty response says. A stopping worker that
-        cannot send it again raises `AnswerUnconfirmed`.
+        cannot send it again raises `AnswerUnconfirmedError`.
         """
         assert self._stop is not None
         call = asyncio.ensure_future(
@@ -414,10 +410,12 @@ class Worker:
             )
         except (NotFoundError, FailedPreconditionError):
             return nothing()
+        except _REFUSED:
+            raise  # (refused outright: certainly not taken)
         except WeftError as exc:
             if not stopped:
                 raise
-            raise AnswerUnconfirmed(exc.message) from exc
+            raise AnswerUnconfirmedError(exc.message) from exc
         return again
 
     def _log_crash(self, task: asyncio.Task[None]) -> None:

@@ -333,4 +333,10 @@ schedules = Table(
     # while a buffered slot waits); NULL after any other change: at once.
     Column("due_at", DateTime()),
     Index("ix_schedules_due", "due_at"),
+    Index(
+        "ix_schedules_buffered",
+        "buffered_slot",
+        postgresql_where=text("buffered_slot IS NOT NULL"),
+        sqlite_where=text("buffered_slot IS NOT NULL"),
+    ),
 )

@@ -87,12 +87,22 @@ def test_first_delay_is_capped_at_maximum() -> None:
     assert take(policy, 2) == [5.0, 5.0]
 
 
-@pytest.mark.usefixtures("no_jitter")
-def test_a_wait_the_server_asks_for_is_kept_and_counted() -> None:
+def test_a_wait_the_server_asks_for_is_kept_and_counted(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(random, "random", lambda: 0.5)
     delays = RetryPolicy(give_up_after=timedelta(seconds=2)).delays()
-    assert delays.next(at_least=0.75) == 0.75  # longer than the backoff's 0.1 s
-    assert delays.next(at_least=0.0) == 0.2  # the backoff goes on as before
-    assert delays.elapsed == pytest.approx(0.95)
-    # Never past the policy's budget: what is left of it, then nothing.
-    assert delays.next(at_least=5.0) == pytest.approx(1.05)
-    assert delays.next(at_least=0.1) is None
+    assert delays.next() == pytest.approx(0.09)  # the backoff: 0.1 s less a tenth
+    # What the server asks for, a tenth longer (jitter never shortens it)...
+    assert delays.pushback(0.75) == pytest.approx(0.825)
+    # ...does not grow the backoff, and counts against the policy's time.
+    assert delays.next() == pytest.approx(0.18)
+    assert delays.elapsed == pytest.approx(1.095)
+    # A wait that would end past that time is not waited: the call gives up.
+    assert delays.pushback(1.0) is None
+    assert delays.pushback(0.5) == pytest.approx(0.55)
+
+
+def test_without_a_time_limit_the_wait_the_server_asks_for_is_always_kept() -> None:
+    delays = RetryPolicy(give_up_after=None).delays()
+    for _ in range(100):
+        wait = delays.pushback(30.0)
+        assert wait is not None and 30.0 <= wait <= 36.0

@@ -6,6 +6,7 @@ decisions' fault (`BAD_DECISIONS`)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from dataclasses import replace
 from datetime import timedelta
@@ -29,7 +30,7 @@ from tests.e2e.security.auth_matrix_setup import Setup, parked
 from tests.helpers import rpc_calls
 from tests.sdk.conftest import make_decider, types
 
-RATE = 5.0  # requests per second per principal; the bucket holds two seconds' worth
+RATE = 2.0  # requests per second per principal; the bucket holds two seconds' worth
 NO_RETRIES = RetryPolicy(give_up_after=timedelta(0))
 
 server_config = auth_matrix_setup.server_config
@@ -68,15 +69,30 @@ def client(setup: Setup, who: str, retry: RetryPolicy | None = None) -> AsyncCli
 
 
 async def drain(setup: Setup, who: str) -> None:
-    """Spend `who`'s bucket until the server refuses it for its rate."""
+    """Spend `who`'s bucket to its last token and the one after: its next
+    request is then refused for its rate for about 1 / RATE seconds."""
     async with client(setup, who, NO_RETRIES) as spender:
-        for _ in range(100):
+
+        async def spend() -> ResourceExhaustedError | None:
             try:
                 await spender.rpc("ListWorkflows", s.ListWorkflowsRequest(namespace="default"))
             except PermissionDeniedError:
                 pass  # (refused calls count against the rate too)
-            except ResourceExhaustedError:
-                return
+            except ResourceExhaustedError as exc:
+                return exc
+            return None
+
+        for _ in range(100):
+            refused = await spend()
+            if refused is None:
+                continue
+            # What is left is a fraction of a token, which may be whole in a
+            # moment: wait for it and spend it too.
+            assert refused.retry_after is not None
+            await asyncio.sleep(refused.retry_after.total_seconds())
+            while await spend() is not None:
+                await asyncio.sleep(0.01)
+            return
     raise AssertionError(f"{who} was never refused for its rate")
 
 
@@ -108,7 +124,7 @@ async def test_a_rate_refusal_says_when_to_come_back(limited: Setup) -> None:
                 refused = exc
                 break
         assert refused is not None and refused.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
-        pushback = dict(await_trailers(refused))[RETRY_AFTER_METADATA]
+        pushback = dict(trailers(refused))[RETRY_AFTER_METADATA]
         # Less than one request's worth of refill at RATE, in whole milliseconds.
         assert 1 <= int(pushback) <= 1000 / RATE
 
@@ -121,18 +137,18 @@ async def test_a_rate_refusal_says_when_to_come_back(limited: Setup) -> None:
             await stub.PollForActivityTask(poll, metadata=limited.metadata("worker"))
         assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED
         assert "polls waiting" in (info.value.details() or "")
-        assert RETRY_AFTER_METADATA not in dict(await_trailers(info.value))
+        assert RETRY_AFTER_METADATA not in dict(trailers(info.value))
         await first
 
 
-def await_trailers(exc: grpc.aio.AioRpcError) -> list[tuple[str, str | bytes]]:
+def trailers(exc: grpc.aio.AioRpcError) -> list[tuple[str, str | bytes]]:
     return [(str(k), v) for k, v in exc.trailing_metadata() or ()]
 
 
 async def test_the_client_waits_out_its_rate(limited: Setup) -> None:
     async with client(limited, "reader") as reader:
-        # Three times the bucket: the calls past it are refused, then sent again.
-        for _ in range(int(6 * RATE)):
+        # One and a half buckets: the calls past it are refused, then sent again.
+        for _ in range(int(3 * RATE)):
             await reader.list()
     assert refusals(limited.server, "ListWorkflows") >= 1
 
@@ -144,6 +160,16 @@ async def test_the_client_waits_out_its_rate(limited: Setup) -> None:
     assert info.value.retry_after is not None
     assert timedelta(0) < info.value.retry_after <= timedelta(seconds=1 / RATE)
 
+    # A call sent once (`retried=False`: a worker's stop, say) is not held back.
+    await drain(limited, "reader")
+    before = refusals(limited.server, "ListWorkflows")
+    async with client(limited, "reader") as patient:
+        with pytest.raises(ResourceExhaustedError):
+            await patient.rpc(
+                "ListWorkflows", s.ListWorkflowsRequest(namespace="default"), retried=False
+            )
+    assert refusals(limited.server, "ListWorkflows") == before + 1
+
 
 async def test_a_busy_decider_is_answered_late_not_refused(limited: Setup) -> None:
     """The decider spends its key's whole bucket while deciding: its answer is
@@ -154,7 +180,7 @@ async def test_a_busy_decider_is_answered_late_not_refused(limited: Setup) -> No
     async with (
         client(limited, "worker") as worker,
         client(limited, "admin") as admin,
-        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[decider]),
+        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[decider], concurrency=1),
     ):
         run = await admin.start_workflow("wt-rate", task_list="tl-rate")
         assert await admin.result(run.workflow_id, timeout=timedelta(seconds=20)) == "done"
@@ -173,7 +199,7 @@ async def test_a_decider_out_of_retries_does_not_blame_its_decisions(limited: Se
     async with (
         client(limited, "worker", NO_RETRIES) as worker,
         client(limited, "admin") as admin,
-        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[decider]),
+        DeciderWorker(worker, task_lists=["tl-rate"], deciders=[decider], concurrency=1),
     ):
         run = await admin.start_workflow(
             "wt-rate", task_list="tl-rate", decider_timeout=timedelta(seconds=1)
