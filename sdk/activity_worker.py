@@ -130,12 +130,17 @@ class ActivityWorker(Worker):
         ctx = ActivityContext(info, beat.push)
         beat.on_cancel(ctx.cancel)
         try:
-            if defn is None:
-                raise ActivityFailure(
-                    f"this runner has no activity named {info.activity_type!r}",
-                    reason="ActivityTypeNotRegistered",
-                )
-            result = await self._run(defn, ctx, task, beat)
+            try:
+                if defn is None:
+                    raise ActivityFailure(
+                        f"this runner has no activity named {info.activity_type!r}",
+                        reason="ActivityTypeNotRegistered",
+                    )
+                result = await self._run(defn, ctx, task, beat)
+            finally:
+                # Before any answer, which may wait in its folded poll: no
+                # heartbeat goes out for a task that is over.
+                beat.stop()
         except asyncio.CancelledError:
             if beat.expired:
                 log.warning("activity.deadline_passed", outcome="stopped, not answered", **where)
@@ -151,8 +156,6 @@ class ActivityWorker(Worker):
             return await self._canceled(task.task_token, where, lane)
         except Exception as exc:
             return await self._fail(task.task_token, where, exc, lane)
-        finally:
-            beat.stop()
         return await self._complete(task.task_token, where, result, lane)
 
     async def _run(

@@ -187,6 +187,8 @@ class Worker:
         try:
             # (A server still out of reach is retried for the client's policy:
             # a shutdown meanwhile ends the worker at once.)
+            # (A register cut off after the server took it leaves a session no
+            # poll uses; the server ends it at its timeout.)
             if not await self._until_stopped(self.session.open()):
                 log.info("worker.stopped", kind=self.kind, identity=self.identity)
                 return
@@ -410,9 +412,11 @@ class Worker:
             )
         except (NotFoundError, FailedPreconditionError):
             return nothing()
-        except _REFUSED:
-            raise  # (refused outright: certainly not taken)
+        except InvalidArgumentError:
+            raise  # (the answer itself is refused, whichever call wrote it: never taken)
         except WeftError as exc:
+            # At a stop, anything else (the gate's refusals too: they come before
+            # the task is looked at) leaves the cut-off call's answer unknown.
             if not stopped:
                 raise
             raise AnswerUnconfirmedError(exc.message) from exc

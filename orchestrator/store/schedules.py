@@ -65,7 +65,8 @@ class ScheduleRow:
     recent: tuple[RecentRun, ...] = field(default_factory=tuple)
     version: int = 0
     due_at: datetime | None = None
-    """When the runner must next look at it; None: at the next pass."""
+    """When its next slot is due, as the runner last computed it; None: look at
+    the next pass. (A row keeping a buffered slot is read every pass.)"""
 
     def with_recent(self, run: RecentRun) -> ScheduleRow:
         """The run remembered first (once), the oldest forgotten past RECENT."""

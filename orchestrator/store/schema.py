@@ -329,8 +329,9 @@ schedules = Table(
     # JSON: the latest runs started, newest first (slot, workflow id, run id).
     Column("recent", Text, nullable=False),
     Column("version", BigInteger, nullable=False),
-    # When the runner must next look at it (its next start, or the next pass
-    # while a buffered slot waits); NULL after any other change: at once.
+    # When its next slot is due (a pass reads it then; a row keeping a buffered
+    # slot is read every pass whatever this says); NULL after an operator's
+    # change: at the next pass.
     Column("due_at", DateTime()),
     Index("ix_schedules_due", "due_at"),
     Index(

@@ -130,6 +130,37 @@ async def test_a_failed_activity_polls_in_its_answer_too(
     assert rpc_calls(server, "PollForActivityTask") == 1
 
 
+@activity(name="beats_then_fails")
+async def beats_then_fails() -> None:
+    activity.heartbeat(1)  # sent at once
+    await asyncio.sleep(0.05)
+    activity.heartbeat(2)  # kept until the heartbeat interval has passed
+    raise ValueError("failed after beating")
+
+
+async def test_no_heartbeat_goes_out_while_a_failure_waits_in_its_folded_poll(
+    client: AsyncClient, server: Server, task_list: str
+) -> None:
+    """The failure's answer parks in its folded poll: the heartbeat the activity
+    left behind is dropped, not sent for a task that is over."""
+
+    def decide(task: DecisionTask) -> None:
+        if task.is_first:
+            heartbeat = timedelta(seconds=0.6)  # (an interval of 0.2 s)
+            task.schedule_activity("a", beats_then_fails, task_list=task_list, heartbeat=heartbeat)
+        elif task.activities["a"].status == "failed":
+            task.complete("failed")
+
+    decider = make_decider("fold-beats", decide)
+    decider_worker, runner = folding(client, task_list, decider, [beats_then_fails])
+    async with decider_worker, runner:
+        run = await client.start_workflow("fold-beats", task_list=task_list)
+        assert await client.result(run.workflow_id, timeout=WAIT) == "failed"
+        await asyncio.sleep(0.6)  # three heartbeat intervals, the runner's poll parked
+    # The first heartbeat (at most: a slow loop may cut it short), never the second.
+    assert rpc_calls(server, "RecordActivityHeartbeat") <= 1
+
+
 @activity(name="patient")
 async def patient() -> str:
     deadline = time.monotonic() + 30  # (no test waits this long for it)
