@@ -185,10 +185,10 @@ class Worker:
             log.info("worker.stopped", kind=self.kind, identity=self.identity)
             return
         try:
-            # (A server still out of reach is retried for the client's policy:
-            # a shutdown meanwhile ends the worker at once.)
-            # (A register cut off after the server took it leaves a session no
-            # poll uses; the server ends it at its timeout.)
+            # A server still out of reach is retried for the client's policy: a
+            # shutdown meanwhile ends the worker at once. (A register cut off
+            # after the server took it leaves a session no poll uses; the server
+            # ends it at its timeout.)
             if not await self._until_stopped(self.session.open()):
                 log.info("worker.stopped", kind=self.kind, identity=self.identity)
                 return
