@@ -26,8 +26,16 @@ CONV = PayloadConverter()
 
 
 class FakeRpcError(grpc.RpcError):
-    def __init__(self, code: grpc.StatusCode, details: str | None) -> None:
-        self._code, self._details = code, details
+    def __init__(
+        self,
+        code: grpc.StatusCode,
+        details: str | None,
+        trailers: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self._code, self._details, self._trailers = code, details, trailers
+
+    def trailing_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._trailers
 
     def code(self) -> grpc.StatusCode:
         return self._code
@@ -391,3 +399,23 @@ def test_inside_an_activity_context() -> None:
         reset_context(token)
     with pytest.raises(errors.WeftError):
         activity.info()
+
+
+HINT = errors.RETRY_AFTER_METADATA
+
+
+@pytest.mark.parametrize(
+    ("trailers", "expected"),
+    [
+        (((HINT, "250"),), timedelta(milliseconds=250)),
+        ((("other", "1"),), None),  # a run's limit: no hint
+        (((HINT, "soon"),), None),  # not a server of ours
+        (((HINT, "-5"),), timedelta(0)),
+    ],
+)
+def test_a_rate_refusal_carries_the_wait_the_server_asked_for(
+    trailers: tuple[tuple[str, str], ...], expected: timedelta | None
+) -> None:
+    err = errors.from_rpc_error(FakeRpcError(SC.RESOURCE_EXHAUSTED, "slow down", trailers))
+    assert isinstance(err, errors.ResourceExhaustedError)
+    assert err.retry_after == expected
