@@ -2,8 +2,14 @@
 
 from __future__ import annotations
 
+import enum
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
 from datetime import timedelta
+from typing import Any
 
+from google.protobuf.descriptor import FieldDescriptor
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
@@ -14,6 +20,7 @@ from . import payloads
 
 DEFAULT_NAMESPACE = "default"
 NAME_LENGTH = 255
+_CONTROL = re.compile("[\x00-\x1f\x7f]")  # C0 control characters and DEL
 
 
 def namespace(value: str) -> str:
@@ -29,7 +36,7 @@ def name(field: str, value: str, limit: int = NAME_LENGTH) -> str:
         raise InvalidArgument(f"{field} is required")
     if len(value) > limit:
         raise InvalidArgument(f"{field} is longer than {limit} characters")
-    if any(ord(ch) < 32 or ord(ch) == 127 for ch in value):
+    if _CONTROL.search(value):
         raise InvalidArgument(f"{field} contains control characters")
     return value
 
@@ -86,46 +93,109 @@ def request(msg: Message, limits: Limits, path: str = "") -> None:
     lengths and characters, duration and timestamp ranges, anywhere in the
     message. What passes here fits the database."""
     for fd, value in msg.ListFields():
-        where = f"{path}{fd.name}"
-        if fd.type == fd.TYPE_STRING:
-            for i, text in enumerate(value if fd.is_repeated else [value]):
-                _string(f"{where}[{i}]" if fd.is_repeated else where, fd.name, text, limits)
+        rule = _RULES.get(fd) or _rule_of(fd)
+        check = rule.check
+        if check is None:
             continue
-        if fd.message_type is None:
-            continue
-        items = value if fd.is_repeated else [value]
-        for i, item in enumerate(items):
-            here = f"{where}[{i}]" if fd.is_repeated else where
-            kind = fd.message_type.full_name
-            if kind == "weft.v1.Payload":
-                payloads.check(here, item, limits)
-            elif kind == "google.protobuf.Duration":
-                _duration_form(here, item)
-                if abs(item.seconds) > MAX_DURATION_SECONDS:
-                    raise InvalidArgument(f"{here} is longer than 100 years")
-            elif kind == "google.protobuf.Timestamp":
-                if not 0 <= item.seconds <= _MAX_TIMESTAMP or not 0 <= item.nanos < _NANOS:
-                    raise InvalidArgument(f"{here} is not between 1970 and 9999")
-            elif not fd.message_type.GetOptions().map_entry:
-                request(item, limits, here + ".")
+        if rule.repeated:
+            for i, item in enumerate(value):
+                check(rule, item, limits, path, i)
+        else:
+            check(rule, value, limits, path, 0)
 
 
-def _string(where: str, field: str, text: str, limits: Limits) -> None:
+class _Text(enum.Enum):
+    NAME = "lands in a column of NAME_LENGTH"
+    TEXT = "free text, up to TEXT_LENGTH"
+    DEFINITION = "a step workflow's definition, up to the definition limit"
+    ID = "an id or anything else, up to the id length"
+
+
+@dataclass(frozen=True, slots=True)
+class _Rule:
+    """What `request` checks of one field, worked out once per field."""
+
+    name: str
+    repeated: bool
+    check: Callable[[_Rule, Any, Limits, str, int], None] | None
+    """None for scalars, bytes, enums and maps: nothing to check."""
+    text: _Text
+
+
+# Per field descriptor (descriptors live as long as the process): the rule.
+_RULES: dict[FieldDescriptor, _Rule] = {}
+
+
+def _rule_of(fd: FieldDescriptor) -> _Rule:
+    check: Callable[[_Rule, Any, Limits, str, int], None] | None = None
+    if fd.type == fd.TYPE_STRING:
+        check = _string
+    elif fd.message_type is not None and not fd.message_type.GetOptions().map_entry:
+        check = _MESSAGE_CHECKS.get(fd.message_type.full_name, _message)
+    if fd.name in _NAME_FIELDS:
+        text = _Text.NAME
+    elif fd.name in _TEXT_FIELDS:
+        text = _Text.TEXT
+    else:
+        text = _Text.DEFINITION if fd.name == "definition" else _Text.ID
+    rule = _RULES[fd] = _Rule(fd.name, fd.is_repeated, check, text)
+    return rule
+
+
+def _payload(rule: _Rule, item: Any, limits: Limits, path: str, i: int) -> None:
+    payloads.check(_where(path, rule, i), item, limits)
+
+
+def _duration(rule: _Rule, item: Any, limits: Limits, path: str, i: int) -> None:
+    _duration_form(_where(path, rule, i), item)
+    if abs(item.seconds) > MAX_DURATION_SECONDS:
+        raise InvalidArgument(f"{_where(path, rule, i)} is longer than 100 years")
+
+
+def _timestamp(rule: _Rule, item: Any, limits: Limits, path: str, i: int) -> None:
+    if not 0 <= item.seconds <= _MAX_TIMESTAMP or not 0 <= item.nanos < _NANOS:
+        raise InvalidArgument(f"{_where(path, rule, i)} is not between 1970 and 9999")
+
+
+def _message(rule: _Rule, item: Any, limits: Limits, path: str, i: int) -> None:
+    request(item, limits, _where(path, rule, i) + ".")
+
+
+_MESSAGE_CHECKS: dict[str, Callable[[_Rule, Any, Limits, str, int], None]] = {
+    "weft.v1.Payload": _payload,
+    "google.protobuf.Duration": _duration,
+    "google.protobuf.Timestamp": _timestamp,
+}
+
+
+def _where(path: str, rule: _Rule, i: int) -> str:
+    """A field's place in the request, as error messages name it: `a.b[2].c`."""
+    return f"{path}{rule.name}[{i}]" if rule.repeated else f"{path}{rule.name}"
+
+
+def _string(rule: _Rule, text: Any, limits: Limits, path: str, i: int) -> None:
     if "\x00" in text:
-        raise InvalidArgument(f"{where} contains a NUL character")
-    if field in _NAME_FIELDS:
+        raise InvalidArgument(f"{_where(path, rule, i)} contains a NUL character")
+    if rule.text is _Text.NAME:
         if len(text) > NAME_LENGTH:
-            raise InvalidArgument(f"{where} is longer than {NAME_LENGTH} characters")
-        if any(ord(ch) < 32 or ord(ch) == 127 for ch in text):
-            raise InvalidArgument(f"{where} contains control characters")
-    elif field in _TEXT_FIELDS:
+            raise InvalidArgument(
+                f"{_where(path, rule, i)} is longer than {NAME_LENGTH} characters"
+            )
+        if _CONTROL.search(text):
+            raise InvalidArgument(f"{_where(path, rule, i)} contains control characters")
+    elif rule.text is _Text.TEXT:
         if len(text) > TEXT_LENGTH:
-            raise InvalidArgument(f"{where} is longer than {TEXT_LENGTH} characters")
-    elif field == "definition":
+            raise InvalidArgument(
+                f"{_where(path, rule, i)} is longer than {TEXT_LENGTH} characters"
+            )
+    elif rule.text is _Text.DEFINITION:
         size = len(text.encode())
         if size > limits.definition_bytes:
             raise InvalidArgument(
-                f"{where} is {size} bytes: the definition limit is {limits.definition_bytes} bytes"
+                f"{_where(path, rule, i)} is {size} bytes: the definition limit is"
+                f" {limits.definition_bytes} bytes"
             )
     elif len(text) > limits.id_length:
-        raise InvalidArgument(f"{where} is longer than {limits.id_length} characters")
+        raise InvalidArgument(
+            f"{_where(path, rule, i)} is longer than {limits.id_length} characters"
+        )
