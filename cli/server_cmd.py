@@ -10,6 +10,7 @@ from datetime import timedelta
 
 import click
 
+from cli.gc_settings import tune_collector
 from cli.params import DURATION
 from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
 
@@ -262,6 +263,7 @@ async def _serve(node: object) -> None:
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, stop.set)
     await node.start()
+    tune_collector()
     if node.tls is not None:  # without TLS, SIGHUP keeps its default (exit)
         loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
     await stop.wait()

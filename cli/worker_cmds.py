@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 import click
 
 from cli.errors import EXIT_USAGE, exit_code, fail
+from cli.gc_settings import tune_collector
 from cli.params import DURATION, client_api_key, client_tls, server_options
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -125,6 +126,7 @@ def _run(command: str, start: Callable[[], int]) -> None:
     from sdk.errors import WeftError
     from workers.loader import LoadError
 
+    tune_collector()
     try:
         code = start()
     except (LoadError, ValueError, TypeError) as exc:  # modules, or what they define
