@@ -20,7 +20,7 @@ from typing import Any
 
 from dbos import DBOS, DBOSConfig
 
-from bench.procstat import cpu_seconds
+from bench.procstat import cpu_seconds, machine_busy_seconds
 from bench.stats import percentile
 
 _step_latencies: list[float] = []
@@ -54,16 +54,18 @@ def run(workflows: int, steps: int, inflight: int) -> dict[str, Any]:
                 return
             assert chain(steps) == steps
 
-    cpu0, t0 = cpu_seconds(os.getpid()), time.perf_counter()
+    machine0, cpu0, t0 = machine_busy_seconds(), cpu_seconds(os.getpid()), time.perf_counter()
     with ThreadPoolExecutor(inflight) as pool:
         for future in [pool.submit(loop) for _ in range(inflight)]:
             future.result()
     seconds, cpu = time.perf_counter() - t0, cpu_seconds(os.getpid()) - cpu0
+    machine = machine_busy_seconds() - machine0
     return {
         "workflows": workflows,
         "steps": workflows * steps,
         "seconds": seconds,
         "cpu_s": cpu,
+        "machine_cpu_s": machine,
         "step_p50_ms": percentile(_step_latencies, 50) * 1000,
         "step_p99_ms": percentile(_step_latencies, 99) * 1000,
     }

@@ -20,6 +20,16 @@ def cpu_seconds(pid: int) -> float:
     return (utime + stime) / CLOCK_TICKS
 
 
+def machine_busy_seconds() -> float:
+    """CPU time the whole machine has spent busy so far, all cores and every
+    process together (user, nice, system, irq and softirq; not idle, iowait or
+    steal), in seconds. Over a window where the cores are saturated, what a unit
+    of work costs the machine decides how many units a second it can do."""
+    fields = Path("/proc/stat").read_text().split("\n", 1)[0].split()
+    user, nice, system, _idle, _iowait, irq, softirq = map(int, fields[1:8])
+    return (user + nice + system + irq + softirq) / CLOCK_TICKS
+
+
 def children(pid: int) -> list[int]:
     out: list[int] = []
     for task in Path(f"/proc/{pid}/task").iterdir():

@@ -123,7 +123,7 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
         f"{title} ({result['workflows_per_batch']} workflows x {result['steps_per_workflow']}"
         " trivial activities / steps per batch)"
     )
-    rows, rows2, rows3, rows4 = [], [], [], []
+    rows, rows2, rows3, rows4, rows5 = [], [], [], [], []
     for p in result["points"]:
         rows.append(
             [
@@ -159,6 +159,20 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
                 fmt(p["weft.server_cpu_cores"], 2),
             ]
         )
+        if "dbos.machine_cpu_per_step_ms" in p:  # (results before 2026-11-26 lack it)
+            rows5.append(
+                [
+                    str(p["inflight"]),
+                    fmt(p["weft.machine_cpu_per_activity_ms"], 2),
+                    fmt(p["weft.server_cpu_per_activity_ms"], 2),
+                    fmt(p["weft.workers_cpu_per_activity_ms"], 2),
+                    fmt(p["weft.machine_cores"], 2),
+                    fmt(p["dbos.machine_cpu_per_step_ms"], 2),
+                    fmt(p["dbos.cpu_per_step_ms"], 2),
+                    fmt(p["dbos.machine_cores"], 2),
+                    fmt(p["ratio.weft_machine_cpu_per_activity_over_dbos_step"], 2),
+                ]
+            )
         if "floor.calls_per_s" in p:  # (results from before the floor lack it)
             rows4.append(
                 [
@@ -212,7 +226,33 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
             ["in flight", "RPCs/act", "transactions/act", "statements/act", "server cores"],
             rows3,
         ),
+        *_machine(rows5),
         *_floor(rows4),
+    ]
+
+
+def _machine(rows: list[list[str]]) -> list[str]:
+    if not rows:
+        return []
+    return [
+        "",
+        "What a unit costs the whole machine (/proc/stat: every process, PostgreSQL and"
+        " the driver included), and the cores busy meanwhile. Where the cores are"
+        " saturated, units/s is about cores ÷ CPU per unit.",
+        table(
+            [
+                "in flight",
+                "Weft ms/act",
+                "server",
+                "workers",
+                "cores",
+                "DBOS ms/step",
+                "DBOS process",
+                "cores",
+                "Weft÷DBOS ms",
+            ],
+            rows,
+        ),
     ]
 
 

@@ -62,6 +62,12 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
             series["dbos.steps_per_s"].append(dbos_steps_per_s)
             series["dbos.workflows_per_s"].append(dbos["workflows"] / dbos["seconds"])
             series["dbos.cpu_per_step_ms"].append(dbos["cpu_s"] / dbos["steps"] * 1000)
+            dbos_machine_ms = dbos["machine_cpu_s"] / dbos["steps"] * 1000
+            series["dbos.machine_cpu_per_step_ms"].append(dbos_machine_ms)
+            series["dbos.machine_cores"].append(dbos["machine_cpu_s"] / dbos["seconds"])
+            series["ratio.weft_machine_cpu_per_activity_over_dbos_step"].append(
+                ratio(weft["machine_cpu_per_activity_ms"], dbos_machine_ms)
+            )
             series["dbos.step_p50_ms"].append(dbos["step_p50_ms"])
             series["dbos.step_p99_ms"].append(dbos["step_p99_ms"])
             series["append.txns_per_s"].append(bare_append.rate)

@@ -10,6 +10,7 @@ from typing import Any
 
 from bench.drive import run_batch, sample_hand_offs
 from bench.processes import Process
+from bench.procstat import machine_busy_seconds
 from bench.rig import Rig, WeftNode
 from bench.workload import TASK_LIST
 
@@ -36,6 +37,7 @@ async def weft_batch(
     prefix = f"{workflow_type}-c{inflight}-{uuid.uuid4().hex[:6]}"
     counts0 = node.server.counts()
     server_cpu0, workers_cpu0 = node.server.cpu(), workers_cpu()
+    machine_cpu0 = machine_busy_seconds()
     batch = await run_batch(
         node.client,
         rig.completions,
@@ -46,6 +48,7 @@ async def weft_batch(
         inflight=inflight,
         prefix=prefix,
     )
+    machine_cpu = machine_busy_seconds() - machine_cpu0
     server_cpu = node.server.cpu() - server_cpu0
     spent_by_workers = workers_cpu() - workers_cpu0
     # Parked polls count when they answer: a few straddle the window's ends.
@@ -62,6 +65,9 @@ async def weft_batch(
         "decision_tasks_per_workflow": statistics.mean(decisions),
         "server_cpu_per_activity_ms": server_cpu / activities * 1000,
         "workers_cpu_per_activity_ms": spent_by_workers / activities * 1000,
+        # Every process on the machine: server, workers, PostgreSQL, the driver.
+        "machine_cpu_per_activity_ms": machine_cpu / activities * 1000,
+        "machine_cores": machine_cpu / batch.seconds,
         "server_cpu_cores": server_cpu / batch.seconds,
         "rpcs_per_activity": sum(counts.rpcs.values()) / activities,
         "statements_per_activity": counts.statements / activities,
