@@ -1,8 +1,8 @@
 """The PostgreSQL hot path: psycopg 3 directly, each transition one prepared
 call of `weft_apply` / `weft_create` (migration 0007) in autocommit, so one
 round trip and one transaction write the run row, its events, its task and
-deadline rows and the notifications. Reads on the hot path are single prepared
-statements in autocommit too.
+deadline rows and the notifications (through libpq, `pg_calls`). Reads on the
+hot path are single prepared statements in autocommit too.
 
 Connections come from a small pool of its own, kept open (a closed connection
 forgets its prepared statements) and handed out most-recently-used first.
@@ -23,17 +23,13 @@ from psycopg import errors as pg_errors
 
 from orchestrator.engine.errors import InvalidArgument, Unavailable
 
+from . import pg_calls
 from .rows import DbStats, naive
 from .writes import Candidate, Conflict, RunWrite
 
 log = structlog.get_logger("weft.store")
 
 POOL_SIZE = 24
-_APPLY = "SELECT weft_apply(%s, %s, %s, %s, %s, %s, %s::jsonb, %s::bytea[])"
-_CREATE = (
-    "SELECT weft_create(%s, %s, %s, %s, %s, %s, %s::varchar[], %s, %s, %s, %s,"
-    " %s::jsonb, %s::bytea[])"
-)
 _LOAD = "SELECT state, version FROM runs WHERE run_id = %s"
 _CANDIDATES = (
     "SELECT t.id, t.run_id, t.scheduled_id, r.version FROM tasks t"
@@ -77,8 +73,17 @@ class PgWriter:
             conn = self._idle.pop() if self._idle else None
             if conn is None or conn.closed:
                 conn = await psycopg.AsyncConnection.connect(
-                    self._conninfo, autocommit=True, prepare_threshold=0
+                    # (pg_calls sends strings as UTF-8)
+                    self._conninfo,
+                    autocommit=True,
+                    prepare_threshold=0,
+                    client_encoding="utf8",
                 )
+                try:
+                    await pg_calls.prepare(conn)
+                except BaseException:
+                    await conn.close()
+                    raise
             try:
                 yield conn
             except BaseException:
@@ -134,8 +139,8 @@ class PgWriter:
         row = w.row()
         rest = _rest(w)
         if w.is_new:
-            query = _CREATE
-            params: tuple[Any, ...] = (
+            statement = pg_calls.CREATE
+            params: tuple[pg_calls.Param, ...] = (
                 s.run_id,
                 s.namespace,
                 s.workflow_id,
@@ -150,7 +155,7 @@ class PgWriter:
                 *rest,
             )
         else:
-            query = _APPLY
+            statement = pg_calls.APPLY
             params = (
                 s.run_id,
                 w.version,
@@ -167,10 +172,9 @@ class PgWriter:
                 async with self._conn() as conn:
                     self._stats.statements += 1
                     backend = conn.info.backend_pid
-                    cur = await conn.execute(query, params, prepare=True)
-                    result = await cur.fetchone()
+                    written = await pg_calls.call(conn, statement, params)
                     self._stats.transactions += 1
-                    return bool(result and result[0])
+                    return written
             except pg_errors.UniqueViolation as exc:
                 if exc.diag.constraint_name not in CONFLICT_KEYS:
                     raise

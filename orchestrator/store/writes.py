@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections import Counter
 from dataclasses import dataclass, field
 from datetime import datetime
+from typing import TypedDict
 
 from orchestrator.engine import derived
 from orchestrator.engine.state import RunState
@@ -57,6 +58,15 @@ class Before:
         )
 
 
+class RunColumns(TypedDict):
+    """The run row's columns a write sets besides its keys."""
+
+    status: str
+    close_time: datetime | None
+    history_length: int
+    state: str
+
+
 @dataclass
 class RunWrite:
     run_id: str
@@ -80,7 +90,7 @@ class RunWrite:
     def is_new(self) -> bool:
         return self.version == 0
 
-    def row(self) -> dict[str, object]:
+    def row(self) -> RunColumns:
         s = self.state
         return {
             "status": s.status,
