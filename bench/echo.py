@@ -56,6 +56,8 @@ class EchoResult:
     p50_ms: float
     p99_ms: float
     server_cpu_s: float
+    client_cpu_s: float
+    """The calling process's CPU over the window: what bare calls cost a client."""
 
     @property
     def rate(self) -> float:
@@ -64,6 +66,10 @@ class EchoResult:
     @property
     def server_cpu_per_call_ms(self) -> float:
         return self.server_cpu_s / self.calls * 1000 if self.calls else float("nan")
+
+    @property
+    def client_cpu_per_call_ms(self) -> float:
+        return self.client_cpu_s / self.calls * 1000 if self.calls else float("nan")
 
 
 async def load(
@@ -74,7 +80,8 @@ async def load(
     server_cpu: Callable[[], float],
 ) -> EchoResult:
     """`concurrency` callers in a loop for `warmup` (not counted) then `seconds`;
-    `server_cpu()` is sampled at the edges of the counted window."""
+    `server_cpu()` and this process's CPU are sampled at the edges of the counted
+    window (nothing else runs in this process meanwhile)."""
     request = Message(workflow_id="w" * 32, run_id="r" * 32)
     latencies: list[float] = []
     async with grpc.aio.insecure_channel(address) as channel:
@@ -97,21 +104,22 @@ async def load(
                 if t0 >= measure_from:
                     latencies.append(time.perf_counter() - t0)
 
-        async def sample_cpu() -> float:
+        async def sample_cpu() -> tuple[float, float]:
             await asyncio.sleep(measure_from - time.perf_counter())
-            before = server_cpu()
+            before, client_before = server_cpu(), time.process_time()
             await asyncio.sleep(stop_at - time.perf_counter())
-            return server_cpu() - before
+            return server_cpu() - before, time.process_time() - client_before
 
         sampler = asyncio.create_task(sample_cpu())
         await asyncio.gather(*(caller() for _ in range(concurrency)))
-        cpu = await sampler
+        cpu, client_cpu = await sampler
     return EchoResult(
         calls=len(latencies),
         seconds=seconds,
         p50_ms=percentile(latencies, 50) * 1000,
         p99_ms=percentile(latencies, 99) * 1000,
         server_cpu_s=cpu,
+        client_cpu_s=client_cpu,
     )
 
 

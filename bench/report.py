@@ -166,6 +166,7 @@ def _side_by_side(result: dict[str, Any] | None) -> list[str]:
                     fmt(p["weft.machine_cpu_per_activity_ms"], 2),
                     fmt(p["weft.server_cpu_per_activity_ms"], 2),
                     fmt(p["weft.workers_cpu_per_activity_ms"], 2),
+                    fmt(p.get("echo.client_cpu_per_call_ms"), 3),
                     fmt(p["weft.machine_cores"], 2),
                     fmt(p["dbos.machine_cpu_per_step_ms"], 2),
                     fmt(p["dbos.cpu_per_step_ms"], 2),
@@ -238,13 +239,15 @@ def _machine(rows: list[list[str]]) -> list[str]:
         "",
         "What a unit costs the whole machine (/proc/stat: every process, PostgreSQL and"
         " the driver included), and the cores busy meanwhile. Where the cores are"
-        " saturated, units/s is about cores ÷ CPU per unit.",
+        " saturated, units/s is about cores ÷ CPU per unit. Beside the workers, what a"
+        " bare grpc.aio call costs its client (the echo's caller).",
         table(
             [
                 "in flight",
                 "Weft ms/act",
                 "server",
                 "workers",
+                "bare client ms/call",
                 "cores",
                 "DBOS ms/step",
                 "DBOS process",

@@ -75,6 +75,7 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
             series["echo.calls_per_s"].append(bare_echo.rate)
             series["echo.p50_ms"].append(bare_echo.p50_ms)
             series["echo.server_cpu_per_call_ms"].append(bare_echo.server_cpu_per_call_ms)
+            series["echo.client_cpu_per_call_ms"].append(bare_echo.client_cpu_per_call_ms)
             for key, value in floor_figures.items():
                 series[key].append(value)
             acts = weft["activities_per_s"]
