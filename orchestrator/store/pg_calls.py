@@ -9,13 +9,15 @@ The two functions' parameters are few and fixed (migration 0007), so each is
 written once, as text: strings, integers, timestamps, and the `varchar[]` and
 `bytea[]` array literals.
 
-Statements are prepared on each connection as it opens (`prepare`), by SQL
-`PREPARE`, which shares the protocol's namespace of statement names.
+A statement is prepared (SQL `PREPARE`, which shares the protocol's namespace of
+statement names) when a call finds it missing: on a new connection, or one whose
+session was reset.
 """
 
 from __future__ import annotations
 
 import asyncio
+import contextlib
 from collections.abc import Sequence
 from datetime import datetime
 from typing import Any
@@ -26,65 +28,114 @@ from psycopg import pq
 
 APPLY = b"weft_apply_call"
 CREATE = b"weft_create_call"
-_PREPARE = (
-    "PREPARE weft_apply_call (varchar, bigint, varchar, timestamp, bigint, text, jsonb,"
-    " bytea[]) AS SELECT weft_apply($1, $2, $3, $4, $5, $6, $7, $8)",
-    "PREPARE weft_create_call (varchar, varchar, varchar, varchar, varchar, timestamp,"
-    " varchar[], varchar, timestamp, bigint, text, jsonb, bytea[]) AS"
+_PREPARE = {
+    APPLY: "PREPARE weft_apply_call (varchar, bigint, varchar, timestamp, bigint, text,"
+    " jsonb, bytea[]) AS SELECT weft_apply($1, $2, $3, $4, $5, $6, $7, $8)",
+    CREATE: "PREPARE weft_create_call (varchar, varchar, varchar, varchar, varchar,"
+    " timestamp, varchar[], varchar, timestamp, bigint, text, jsonb, bytea[]) AS"
     " SELECT weft_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
-)
+}
+_CANCEL_WAIT = 5.0  # seconds for a cancelled call's backend to stop
 
 Param = str | int | datetime | list[str] | list[bytes] | None
+Encoded = list[bytes | None]
 
 
-async def prepare(conn: psycopg.AsyncConnection[Any]) -> None:
-    """Prepare both calls on a connection that has just opened."""
-    for statement in _PREPARE:
-        await conn.execute(statement)
+def encode(params: Sequence[Param]) -> Encoded:
+    """The parameters as PostgreSQL's text input reads them; `DataError` for a
+    string holding a NUL (libpq would send it cut short), before anything is sent."""
+    return [_text(p) for p in params]
 
 
-async def call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Sequence[Param]) -> bool:
-    """Call a prepared write and return its boolean. A database error is raised as
-    psycopg raises it (the class of its SQLSTATE, with its diagnostics); a lost
-    connection as `psycopg.OperationalError`."""
-    pg = conn.pgconn
-    pg.send_query_prepared(name, [_text(p) for p in params])
-    loop = asyncio.get_running_loop()
-    while pg.flush():  # the connection is non-blocking: 1 means more to send
-        await _ready(loop, pg.socket, write=True)
-    pg.consume_input()
-    while pg.is_busy():
-        await _ready(loop, pg.socket, write=False)
-        pg.consume_input()
-    result = pg.get_result()
-    while pg.get_result() is not None:  # (one statement: one result, then none)
-        pass
-    if result is None:
-        raise psycopg.OperationalError(pg.get_error_message() or "no result from the server")
-    if result.status != pq.ExecStatus.TUPLES_OK:
-        raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
-    return result.get_value(0, 0) == b"t"
-
-
-async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> None:
-    """Until the socket can be written (or read)."""
-    ready = loop.create_future()
-
-    def wake() -> None:
-        if not ready.done():
-            ready.set_result(None)
-
-    if write:
-        loop.add_writer(fd, wake)
-    else:
-        loop.add_reader(fd, wake)
+async def call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded) -> bool:
+    """Call the prepared write `name` and return its boolean, once every result of
+    the call is in: the commit comes after the row, and may fail after it. A
+    database error is raised as psycopg raises it (the class of its SQLSTATE, with
+    its diagnostics); a lost connection as `psycopg.OperationalError`."""
     try:
-        await ready
+        return await _call(conn, name, params)
+    except pg_errors.InvalidSqlStatementName:
+        if name not in _PREPARE:
+            raise
+        # Not prepared on this connection (the call did not run): prepare, then call.
+        await conn.execute(_PREPARE[name])
+        return await _call(conn, name, params)
+
+
+async def _call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded) -> bool:
+    pg = conn.pgconn
+    loop = asyncio.get_running_loop()
+    pg.send_query_prepared(name, params)
+    try:
+        while pg.flush():  # non-blocking: 1 means more to send once the socket allows
+            if await _ready(loop, pg.socket, write=True):
+                pg.consume_input()  # (libpq: read what the server sends meanwhile)
+        results = await _results(loop, pg)
+    except asyncio.CancelledError:
+        # The backend would run the call to its end, commit included, after the
+        # connection is dropped: ask it to stop, and see it stop.
+        with contextlib.suppress(Exception):
+            await conn.cancel_safe(timeout=_CANCEL_WAIT)
+            await asyncio.wait_for(_results(loop, pg), _CANCEL_WAIT)
+        raise
+    return _outcome(conn, results)
+
+
+async def _results(loop: asyncio.AbstractEventLoop, pg: pq.abc.PGconn) -> list[pq.abc.PGresult]:
+    """Every result of the call, up to the end of its exchange. `get_result` is
+    only called when it will not block (libpq waits on the socket otherwise)."""
+    results: list[pq.abc.PGresult] = []
+    while True:
+        pg.consume_input()
+        while pg.is_busy():
+            await _ready(loop, pg.socket, write=False)
+            pg.consume_input()
+        result = pg.get_result()
+        if result is None:
+            return results
+        results.append(result)
+
+
+def _outcome(conn: psycopg.AsyncConnection[Any], results: list[pq.abc.PGresult]) -> bool:
+    """The call's boolean, or the first error among its results."""
+    pg, value = conn.pgconn, None
+    for result in results:
+        status = result.status
+        if status == pq.ExecStatus.TUPLES_OK:
+            value = result.get_value(0, 0) if value is None else value
+        elif status != pq.ExecStatus.COMMAND_OK:
+            if status != pq.ExecStatus.FATAL_ERROR:
+                raise pg_errors.InternalError(f"unexpected result {pq.ExecStatus(status).name}")
+            if not result.error_field(pq.DiagnosticField.SQLSTATE):
+                # An error libpq made up itself: the connection was lost.
+                message = result.get_error_message() or pg.get_error_message()
+                raise psycopg.OperationalError(message or "connection lost")
+            raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
+    if pg.status == pq.ConnStatus.BAD:
+        raise psycopg.OperationalError(pg.get_error_message() or "connection lost")
+    if value is None:
+        raise psycopg.OperationalError("the call returned no row")
+    return value == b"t"
+
+
+async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bool:
+    """Until the socket can be read, or (with `write`) read or written: True if it
+    can be read."""
+    ready: asyncio.Future[bool] = loop.create_future()
+
+    def wake(readable: bool) -> None:
+        if not ready.done():
+            ready.set_result(readable)
+
+    loop.add_reader(fd, wake, True)
+    if write:
+        loop.add_writer(fd, wake, False)
+    try:
+        return await ready
     finally:
+        loop.remove_reader(fd)
         if write:
             loop.remove_writer(fd)
-        else:
-            loop.remove_reader(fd)
 
 
 def _text(value: Param) -> bytes | None:

@@ -73,17 +73,11 @@ class PgWriter:
             conn = self._idle.pop() if self._idle else None
             if conn is None or conn.closed:
                 conn = await psycopg.AsyncConnection.connect(
-                    # (pg_calls sends strings as UTF-8)
                     self._conninfo,
                     autocommit=True,
                     prepare_threshold=0,
-                    client_encoding="utf8",
+                    client_encoding="utf8",  # (pg_calls sends strings as UTF-8)
                 )
-                try:
-                    await pg_calls.prepare(conn)
-                except BaseException:
-                    await conn.close()
-                    raise
             try:
                 yield conn
             except BaseException:
@@ -165,6 +159,10 @@ class PgWriter:
                 row["state"],
                 *rest,
             )
+        try:
+            encoded = pg_calls.encode(params)
+        except pg_errors.DataError as exc:
+            raise _does_not_fit(exc) from exc
         delay = 0.02
         for attempt in range(_ATTEMPTS):
             backend = 0
@@ -172,7 +170,7 @@ class PgWriter:
                 async with self._conn() as conn:
                     self._stats.statements += 1
                     backend = conn.info.backend_pid
-                    written = await pg_calls.call(conn, statement, params)
+                    written = await pg_calls.call(conn, statement, encoded)
                     self._stats.transactions += 1
                     return written
             except pg_errors.UniqueViolation as exc:
@@ -180,8 +178,7 @@ class PgWriter:
                     raise
                 raise Conflict(str(exc)) from exc
             except pg_errors.DataError as exc:
-                # Input the validators let through but a column cannot hold.
-                raise InvalidArgument(f"a value does not fit the database: {exc}") from exc
+                raise _does_not_fit(exc) from exc
             except psycopg.errors.DatabaseError as exc:
                 lost = isinstance(exc, psycopg.OperationalError) and backend
                 if lost and await self._landed(w, rest[1], backend):
@@ -237,6 +234,11 @@ def _rest(w: RunWrite) -> tuple[str, list[bytes]]:
         "changes": w.changes,
     }
     return json.dumps(rows, separators=(",", ":")), [e.SerializeToString() for e in w.events]
+
+
+def _does_not_fit(exc: pg_errors.DataError) -> InvalidArgument:
+    """Input the validators let through but a column cannot hold."""
+    return InvalidArgument(f"a value does not fit the database: {exc}")
 
 
 def _retryable(exc: psycopg.errors.DatabaseError) -> bool:

@@ -5,15 +5,18 @@ psycopg raises them (the writer maps them by class and constraint)."""
 
 from __future__ import annotations
 
+import asyncio
 from collections.abc import AsyncIterator
 from datetime import datetime
 from typing import Any
 
 import psycopg
+import psycopg.conninfo
 import pytest
 from psycopg import errors as pg_errors
 
 from orchestrator.store import pg_calls
+from tests.pg_proxy import holding_proxy
 
 PUT = b"t_put"
 AWKWARD = ["", 'a"b', "back\\slash", "{braces},comma", "NULL", " spaced ", "ünïcødé ✓", "'q'"]
@@ -38,6 +41,10 @@ async def conn(postgres_url: str) -> AsyncIterator[psycopg.AsyncConnection[Any]]
     await conn.close()
 
 
+async def put(conn: psycopg.AsyncConnection[Any], params: list[pg_calls.Param]) -> bool:
+    return await pg_calls.call(conn, PUT, pg_calls.encode(params))
+
+
 async def _row(conn: psycopg.AsyncConnection[Any], n: int) -> tuple[Any, ...]:
     cur = await conn.execute("SELECT s, at, names, data, doc FROM t_calls WHERE n = %s", (n,))
     row = await cur.fetchone()
@@ -49,7 +56,7 @@ async def test_what_postgresql_reads_is_what_was_sent(conn: psycopg.AsyncConnect
     at = datetime(2026, 11, 26, 12, 0, 0, 123456)
     doc = '{"k": "v \\"quoted\\" \\\\ ✓", "n": [1, 2]}'
     for n, text in enumerate(AWKWARD):
-        assert await pg_calls.call(conn, PUT, [n, text, at, AWKWARD, BYTES, doc])
+        assert await put(conn, [n, text, at, AWKWARD, BYTES, doc])
         s, got_at, names, data, got_doc = await _row(conn, n)
         assert (s, got_at, names, [bytes(b) for b in data]) == (text, at, AWKWARD, BYTES)
         assert got_doc == {"k": 'v "quoted" \\ ✓', "n": [1, 2]}
@@ -57,34 +64,38 @@ async def test_what_postgresql_reads_is_what_was_sent(conn: psycopg.AsyncConnect
 
 async def test_empty_lists_nulls_and_whole_seconds(conn: psycopg.AsyncConnection[Any]) -> None:
     whole = datetime(2026, 1, 2, 3, 4, 5)
-    assert await pg_calls.call(conn, PUT, [1, None, whole, [], [], "null"])
+    assert await put(conn, [1, None, whole, [], [], "null"])
     assert await _row(conn, 1) == (None, whole, [], [], None)
-    assert await pg_calls.call(conn, PUT, [2, "x", None, None, None, None])
+    assert await put(conn, [2, "x", None, None, None, None])
     assert await _row(conn, 2) == ("x", None, None, None, None)
 
 
 async def test_a_nul_in_a_string_is_refused_before_anything_is_sent(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:
-    for params in ([1, "a\x00b", None, [], [], None], [1, None, None, ["\x00"], [], None]):
+    bad: list[list[pg_calls.Param]] = [
+        [1, "a\x00b", None, [], [], None],
+        [1, None, None, ["\x00"], [], None],
+    ]
+    for params in bad:
         with pytest.raises(pg_errors.DataError, match="NUL"):
-            await pg_calls.call(conn, PUT, params)
-    assert await pg_calls.call(conn, PUT, [1, "after", None, [], [], None])  # still usable
+            pg_calls.encode(params)
+    assert await put(conn, [1, "after", None, [], [], None])
 
 
 async def test_database_errors_come_back_as_psycopg_raises_them(
     conn: psycopg.AsyncConnection[Any],
 ) -> None:
-    assert await pg_calls.call(conn, PUT, [7, "first", None, [], [], None])
+    assert await put(conn, [7, "first", None, [], [], None])
     with pytest.raises(pg_errors.UniqueViolation) as taken:
-        await pg_calls.call(conn, PUT, [7, "again", None, [], [], None])
+        await put(conn, [7, "again", None, [], [], None])
     assert taken.value.diag.constraint_name == "t_calls_pkey"
     with pytest.raises(pg_errors.InvalidTextRepresentation):  # a DataError
-        await pg_calls.call(conn, PUT, [8, None, None, [], [], "{not json"])
+        await put(conn, [8, None, None, [], [], "{not json"])
     with pytest.raises(pg_errors.InvalidSqlStatementName):
-        await pg_calls.call(conn, b"no_such_statement", [])
+        await pg_calls.call(conn, b"no_such_statement", [])  # (not one to prepare)
     assert await _row(conn, 7) == ("first", None, [], [], None)  # nothing else written
-    assert await pg_calls.call(conn, PUT, [9, "then", None, [], [], None])
+    assert await put(conn, [9, "then", None, [], [], None])
 
 
 async def test_a_lost_connection_is_an_operational_error(
@@ -93,7 +104,7 @@ async def test_a_lost_connection_is_an_operational_error(
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
         await other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
     with pytest.raises(psycopg.OperationalError):
-        await pg_calls.call(conn, PUT, [1, "lost", None, [], [], None])
+        await put(conn, [1, "lost", None, [], [], None])
 
 
 async def test_a_timezone_aware_timestamp_is_a_bug_not_a_value(
@@ -102,4 +113,90 @@ async def test_a_timezone_aware_timestamp_is_a_bug_not_a_value(
     from datetime import UTC
 
     with pytest.raises(TypeError, match="naive"):
-        await pg_calls.call(conn, PUT, [1, None, datetime.now(UTC), [], [], None])
+        await put(conn, [1, None, datetime.now(UTC), [], [], None])
+
+
+async def test_a_commit_that_fails_after_the_row_fails_the_call(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    """The row comes back before the commit, which may still fail (a deferred
+    constraint here; a full notification queue or a serialization failure in
+    Weft's functions): the call must say so, not return the row's answer."""
+    await conn.execute(
+        "ALTER TABLE t_calls ADD CONSTRAINT t_calls_s_once UNIQUE (s) DEFERRABLE INITIALLY DEFERRED"
+    )
+    assert await put(conn, [1, "once", None, [], [], None])
+    with pytest.raises(pg_errors.UniqueViolation) as twice:
+        await put(conn, [2, "once", None, [], [], None])
+    assert twice.value.diag.constraint_name == "t_calls_s_once"
+    cur = await conn.execute("SELECT count(*) FROM t_calls")
+    assert await cur.fetchone() == (1,)
+
+
+async def test_weft_calls_are_prepared_when_missing(postgres_url: str) -> None:
+    """On a new connection, and again after the session dropped its statements."""
+    async with await psycopg.AsyncConnection.connect(
+        postgres_url, autocommit=True, client_encoding="utf8"
+    ) as conn:
+        # A run that does not exist: weft_apply writes nothing and says so.
+        params = pg_calls.encode(["no-such-run", 1, "open", None, 1, "{}", "{}", []])
+        assert await pg_calls.call(conn, pg_calls.APPLY, params) is False
+        await conn.execute("DEALLOCATE ALL")
+        assert await pg_calls.call(conn, pg_calls.APPLY, params) is False
+        cur = await conn.execute("SELECT count(*) FROM pg_prepared_statements")
+        assert await cur.fetchone() == (1,)
+
+
+async def test_a_cancelled_call_is_stopped_in_the_server(
+    conn: psycopg.AsyncConnection[Any], postgres_url: str
+) -> None:
+    """Cancelled mid-call (as at the loop's shutdown), the call is cancelled in
+    the server too: its row is not committed after the caller has given up."""
+    await conn.execute(
+        "PREPARE t_slow (bigint) AS WITH put AS (INSERT INTO t_calls (n) VALUES ($1)"
+        " RETURNING n) SELECT count(*) = 1 FROM put, pg_sleep(2)"
+    )
+    call = asyncio.ensure_future(pg_calls.call(conn, b"t_slow", pg_calls.encode([5])))
+    await asyncio.sleep(0.3)
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    await asyncio.sleep(2.5)  # past the sleep: a call left running would have committed
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
+        cur = await other.execute("SELECT count(*) FROM t_calls")
+        assert await cur.fetchone() == (0,)
+
+
+async def test_the_loop_runs_while_an_error_s_end_is_slow_to_come(postgres_url: str) -> None:
+    """libpq's get_result waits on the socket when the call's exchange is not
+    over: after an error, the end of the exchange (ReadyForQuery) comes in a
+    message of its own. Held back by a proxy (a process of its own), it must not
+    stop the event loop."""
+    info = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    upstream = (str(info.get("host") or "127.0.0.1"), int(str(info.get("port") or 5432)))
+    with holding_proxy(upstream) as port:
+        url = psycopg.conninfo.make_conninfo(
+            postgres_url, host="127.0.0.1", port=port, sslmode="disable", gssencmode="disable"
+        )
+        async with await psycopg.AsyncConnection.connect(
+            url, autocommit=True, client_encoding="utf8"
+        ) as slow:
+            await slow.execute("CREATE TABLE t_once (n bigint PRIMARY KEY)")
+            await slow.execute(
+                "PREPARE t_once (bigint) AS WITH put AS (INSERT INTO t_once VALUES ($1)"
+                " RETURNING n) SELECT count(*) = 1 FROM put"
+            )
+            assert await pg_calls.call(slow, b"t_once", pg_calls.encode([1]))
+            ticks = 0
+
+            async def ticker() -> None:
+                nonlocal ticks
+                while True:
+                    await asyncio.sleep(0.01)
+                    ticks += 1
+
+            running = asyncio.ensure_future(ticker())
+            with pytest.raises(pg_errors.UniqueViolation):
+                await pg_calls.call(slow, b"t_once", pg_calls.encode([1]))
+            running.cancel()
+            assert ticks >= 10  # the loop went on through the 0.3 s hold
