@@ -12,6 +12,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 HOLD = 0.3  # seconds
 
@@ -21,6 +22,7 @@ def holding_proxy(upstream: tuple[str, int]) -> Iterator[int]:
     """The port of a proxy process to `upstream`, for the block's length."""
     proc = subprocess.Popen(
         [sys.executable, "-m", "tests.pg_proxy", upstream[0], str(upstream[1])],
+        cwd=Path(__file__).resolve().parent.parent,  # (where `tests` is a package)
         stdout=subprocess.PIPE,
         text=True,
     )

@@ -36,6 +36,7 @@ _PREPARE = {
     " SELECT weft_create($1, $2, $3, $4, $5, $6, $7, $8, $9, $10, $11, $12, $13)",
 }
 _CANCEL_WAIT = 5.0  # seconds for a cancelled call's backend to stop
+_COPY = frozenset({pq.ExecStatus.COPY_IN, pq.ExecStatus.COPY_OUT, pq.ExecStatus.COPY_BOTH})
 
 Param = str | int | datetime | list[str] | list[bytes] | None
 Encoded = list[bytes | None]
@@ -58,7 +59,8 @@ async def call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded)
         if name not in _PREPARE:
             raise
         # Not prepared on this connection (the call did not run): prepare, then call.
-        await conn.execute(_PREPARE[name])
+        # (The PREPARE itself is sent unprepared: a reset session would not know it.)
+        await conn.execute(_PREPARE[name], prepare=False)
         return await _call(conn, name, params)
 
 
@@ -66,17 +68,21 @@ async def _call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded
     pg = conn.pgconn
     loop = asyncio.get_running_loop()
     pg.send_query_prepared(name, params)
+    sent = False
     try:
         while pg.flush():  # non-blocking: 1 means more to send once the socket allows
             if await _ready(loop, pg.socket, write=True):
                 pg.consume_input()  # (libpq: read what the server sends meanwhile)
+        sent = True
         results = await _results(loop, pg)
     except asyncio.CancelledError:
-        # The backend would run the call to its end, commit included, after the
-        # connection is dropped: ask it to stop, and see it stop.
-        with contextlib.suppress(Exception):
-            await conn.cancel_safe(timeout=_CANCEL_WAIT)
-            await asyncio.wait_for(_results(loop, pg), _CANCEL_WAIT)
+        # Sent whole, the call runs to its end, commit included, even once the
+        # connection is dropped: ask the backend to stop, and see it stop. Cut off
+        # while sending, it never reached its Sync, so it cannot commit.
+        if sent:
+            with contextlib.suppress(Exception):
+                await conn.cancel_safe(timeout=_CANCEL_WAIT)
+                await asyncio.wait_for(_results(loop, pg), _CANCEL_WAIT)
         raise
     return _outcome(conn, results)
 
@@ -86,14 +92,15 @@ async def _results(loop: asyncio.AbstractEventLoop, pg: pq.abc.PGconn) -> list[p
     only called when it will not block (libpq waits on the socket otherwise)."""
     results: list[pq.abc.PGresult] = []
     while True:
-        pg.consume_input()
-        while pg.is_busy():
+        while pg.is_busy():  # (parses what has been read; reads nothing itself)
             await _ready(loop, pg.socket, write=False)
             pg.consume_input()
         result = pg.get_result()
         if result is None:
             return results
         results.append(result)
+        if result.status in _COPY:
+            return results  # (a COPY never ends by itself; no prepared call of ours starts one)
 
 
 def _outcome(conn: psycopg.AsyncConnection[Any], results: list[pq.abc.PGresult]) -> bool:

@@ -20,6 +20,7 @@ from typing import Any
 import psycopg
 import structlog
 from psycopg import errors as pg_errors
+from psycopg import pq
 
 from orchestrator.engine.errors import InvalidArgument, Unavailable
 
@@ -80,9 +81,13 @@ class PgWriter:
                 )
             try:
                 yield conn
-            except BaseException:
-                # A connection that failed mid-call may be in any state: drop it.
-                await conn.close()
+            except BaseException as exc:
+                # A connection that failed mid-call may be in any state: drop it,
+                # unless the server refused the call and the connection is idle again.
+                if _refused_by_server(exc) and _idle(conn) and not self._closed:
+                    self._idle.append(conn)
+                else:
+                    await conn.close()
                 raise
             if not self._closed and not conn.closed:
                 self._idle.append(conn)
@@ -234,6 +239,20 @@ def _rest(w: RunWrite) -> tuple[str, list[bytes]]:
         "changes": w.changes,
     }
     return json.dumps(rows, separators=(",", ":")), [e.SerializeToString() for e in w.events]
+
+
+def _refused_by_server(exc: BaseException) -> bool:
+    """An error the server answered with (a SQLSTATE), not a lost connection."""
+    return (
+        isinstance(exc, psycopg.Error)
+        and not isinstance(exc, psycopg.OperationalError)
+        and bool(exc.sqlstate)
+    )
+
+
+def _idle(conn: psycopg.AsyncConnection[Any]) -> bool:
+    pg = conn.pgconn
+    return pg.status == pq.ConnStatus.OK and pg.transaction_status == pq.TransactionStatus.IDLE
 
 
 def _does_not_fit(exc: pg_errors.DataError) -> InvalidArgument:

@@ -14,8 +14,12 @@ import psycopg
 import psycopg.conninfo
 import pytest
 from psycopg import errors as pg_errors
+from psycopg import pq
 
-from orchestrator.store import pg_calls
+from orchestrator.engine.errors import Unavailable
+from orchestrator.store import dialect, pg_calls
+from orchestrator.store.pg_writer import PgWriter
+from orchestrator.store.rows import DbStats
 from tests.pg_proxy import holding_proxy
 
 PUT = b"t_put"
@@ -134,17 +138,18 @@ async def test_a_commit_that_fails_after_the_row_fails_the_call(
 
 
 async def test_weft_calls_are_prepared_when_missing(postgres_url: str) -> None:
-    """On a new connection, and again after the session dropped its statements."""
+    """On a new connection, and again after the session dropped its statements
+    behind psycopg's back, on a connection set up as the writer's are."""
     async with await psycopg.AsyncConnection.connect(
-        postgres_url, autocommit=True, client_encoding="utf8"
+        postgres_url, autocommit=True, prepare_threshold=0, client_encoding="utf8"
     ) as conn:
         # A run that does not exist: weft_apply writes nothing and says so.
         params = pg_calls.encode(["no-such-run", 1, "open", None, 1, "{}", "{}", []])
         assert await pg_calls.call(conn, pg_calls.APPLY, params) is False
-        await conn.execute("DEALLOCATE ALL")
+        conn.pgconn.exec_(b"DEALLOCATE ALL")  # (psycopg does not see it)
         assert await pg_calls.call(conn, pg_calls.APPLY, params) is False
-        cur = await conn.execute("SELECT count(*) FROM pg_prepared_statements")
-        assert await cur.fetchone() == (1,)
+        cur = await conn.execute("SELECT name FROM pg_prepared_statements", prepare=False)
+        assert await cur.fetchall() == [("weft_apply_call",)]
 
 
 async def test_a_cancelled_call_is_stopped_in_the_server(
@@ -187,16 +192,40 @@ async def test_the_loop_runs_while_an_error_s_end_is_slow_to_come(postgres_url: 
                 " RETURNING n) SELECT count(*) = 1 FROM put"
             )
             assert await pg_calls.call(slow, b"t_once", pg_calls.encode([1]))
-            ticks = 0
+            loop = asyncio.get_running_loop()
+            gaps: list[float] = []
 
             async def ticker() -> None:
-                nonlocal ticks
+                last = loop.time()
                 while True:
                     await asyncio.sleep(0.01)
-                    ticks += 1
+                    gaps.append(loop.time() - last)
+                    last = loop.time()
 
             running = asyncio.ensure_future(ticker())
             with pytest.raises(pg_errors.UniqueViolation):
                 await pg_calls.call(slow, b"t_once", pg_calls.encode([1]))
             running.cancel()
-            assert ticks >= 10  # the loop went on through the 0.3 s hold
+            assert gaps and max(gaps) < 0.2  # the loop went on through the 0.3 s hold
+            # ...and the call returned only at the end of its exchange: the
+            # connection is idle and takes the next call.
+            assert slow.pgconn.transaction_status == pq.TransactionStatus.IDLE
+            assert await pg_calls.call(slow, b"t_once", pg_calls.encode([2]))
+
+
+async def test_the_writer_keeps_a_connection_the_server_only_refused(postgres_url: str) -> None:
+    """A refusal (a SQLSTATE: a taken key, a value that does not fit) leaves the
+    connection idle and in the pool; a lost one is dropped."""
+    writer = PgWriter(dialect.libpq_url(postgres_url), DbStats(), size=1)
+    try:
+        [[first]] = await writer._read("SELECT pg_backend_pid()", ())
+        with pytest.raises(Unavailable, match="division by zero"):
+            await writer._read("SELECT 1 / 0", ())
+        [[again]] = await writer._read("SELECT pg_backend_pid()", ())
+        assert again == first
+        async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
+            await other.execute("SELECT pg_terminate_backend(%s)", (first,))
+        [[after]] = await writer._read("SELECT pg_backend_pid()", ())  # (a read is retried)
+        assert after != first
+    finally:
+        await writer.close()
