@@ -6,7 +6,7 @@ psycopg raises them (the writer maps them by class and constraint)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
 
@@ -161,13 +161,30 @@ async def test_a_cancelled_call_is_stopped_in_the_server(
         "PREPARE t_slow (bigint) AS WITH put AS (INSERT INTO t_calls (n) VALUES ($1)"
         " RETURNING n) SELECT count(*) = 1 FROM put, pg_sleep(2)"
     )
-    call = asyncio.ensure_future(pg_calls.call(conn, b"t_slow", pg_calls.encode([5])))
-    await asyncio.sleep(0.3)
-    call.cancel()
-    with pytest.raises(asyncio.CancelledError):
-        await call
-    await asyncio.sleep(2.5)  # past the sleep: a call left running would have committed
+    pid = conn.info.backend_pid
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
+
+        async def activity() -> tuple[str, str] | None:
+            cur = await other.execute(
+                "SELECT state, coalesce(wait_event, '') FROM pg_stat_activity WHERE pid = %s",
+                (pid,),
+            )
+            row = await cur.fetchone()
+            return (row[0], row[1]) if row is not None else None
+
+        async def until(done: Callable[[tuple[str, str] | None], bool]) -> None:
+            deadline = asyncio.get_running_loop().time() + 5
+            while not done(await activity()):
+                assert asyncio.get_running_loop().time() < deadline, await activity()
+                await asyncio.sleep(0.02)
+
+        call = asyncio.ensure_future(pg_calls.call(conn, b"t_slow", pg_calls.encode([5])))
+        await until(lambda seen: seen == ("active", "PgSleep"))  # the row is in, uncommitted
+        call.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await call
+        # A call left running would commit once its sleep ends; one stopped is over.
+        await until(lambda seen: seen is None or seen[0] != "active")
         cur = await other.execute("SELECT count(*) FROM t_calls")
         assert await cur.fetchone() == (0,)
 
