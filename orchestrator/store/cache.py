@@ -1,5 +1,6 @@
-"""Runs this node holds in memory: each run's state as of the version it last
-read or wrote, and the tail of its history this node wrote since.
+"""Runs this node holds in memory: each open run's state as of the version it
+last read or wrote, and the tail of its history this node wrote since. A run
+that closes leaves (`Store._commit`); the rest are bounded by `MAX_RUNS`.
 
 The database stays the truth: a write goes through only if the row still has
 the version cached here (compare-and-set), so a stale entry costs one retry,

@@ -236,7 +236,13 @@ class Store(LockedWrites, UpkeepWrites):
                 settle(False)
             return _LOST
         entry.version += 1
-        entry.add_events(write.events)
+        if t.state.is_open:
+            entry.add_events(write.events)
+        else:
+            # A closed run hands out no more tasks, and calls on it are rare
+            # (late answers, reads): its memory goes back, and the next call
+            # loads it from the database.
+            self.cache.evict(run_id)
         if settle is not None:
             settle(True)
         self._on_commit(committed)
