@@ -22,6 +22,7 @@ from starlette.responses import RedirectResponse, Response
 from sdk.errors import WeftError
 from webui.context import is_htmx, session_of, status_name, ui_of
 from webui.runs import REPLAY_MODES, run_url
+from webui.segments import segment
 from webui.service import whole_history
 
 MAX_INPUT = 256 * 1024
@@ -282,7 +283,7 @@ def _confirm_text(action: str, fields: dict[str, Any]) -> str:
 async def release_lock(request: Request) -> Response:
     ui = ui_of(request)
     ns = request.path_params["ns"]
-    back = f"/namespaces/{quote(ns, safe='')}/locks"
+    back = f"/namespaces/{segment(ns)}/locks"
     action_url = back + "/release"
     form = await request.form()
     fields = {"lock": _text(form, "lock").strip(), "reason": _text(form, "reason").strip()}

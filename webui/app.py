@@ -9,7 +9,7 @@ import functools
 import logging
 from collections.abc import AsyncIterator, Awaitable, Callable
 from typing import Any
-from urllib.parse import quote, urlencode, urlsplit
+from urllib.parse import urlencode, urlsplit
 
 from starlette.applications import Starlette
 from starlette.middleware import Middleware
@@ -27,6 +27,7 @@ from sdk.errors import (
 from webui import actions, auth, cluster, runs
 from webui.config import UiConfig
 from webui.context import HERE, Ui, http_status, is_htmx, session_of, status_name, ui_of
+from webui.segments import segment
 from webui.sessions import COOKIE
 
 _HEADERS = {
@@ -186,7 +187,7 @@ def _bounded(endpoint: Callable[[Request], Awaitable[Response]]) -> Callable[...
 
 async def _index(request: Request) -> Response:
     ns = ui_of(request).config.namespace
-    return RedirectResponse(f"/namespaces/{quote(ns, safe='')}/runs", status_code=303)
+    return RedirectResponse(f"/namespaces/{segment(ns)}/runs", status_code=303)
 
 
 def create_app(config: UiConfig) -> Starlette:
@@ -199,16 +200,16 @@ def create_app(config: UiConfig) -> Starlette:
 
     # A workflow id may hold "/" (sent as %2F, which the server decodes): it is
     # matched as a path, the run id as the segment after it, the page's own routes
-    # before the run's.
-    run = "/namespaces/{ns}/runs/{wid:path}/{rid}"
+    # before the run's. Names are written and read by `segments` (a name of dots).
+    run = "/namespaces/{ns:name}/runs/{wid:namepath}/{rid:name}"
     routes = [
         Route("/", _index),
         Route("/login", auth.login_page, methods=["GET"]),
         Route("/login", auth.login, methods=["POST"]),
         Route("/logout", auth.logout, methods=["POST"]),
-        Route("/namespaces/{ns}/runs", runs.runs_page),
-        Route("/namespaces/{ns}/workflows", runs.find_run),
-        Route("/namespaces/{ns}/workflows/{wid:path}", runs.current_run),
+        Route("/namespaces/{ns:name}/runs", runs.runs_page),
+        Route("/namespaces/{ns:name}/workflows", runs.find_run),
+        Route("/namespaces/{ns:name}/workflows/{wid:namepath}", runs.current_run),
         Route(run + "/history", runs.history_page),
         Route(run + "/history/after/{after:int}", runs.history_after),
         Route(run + "/timeline", runs.timeline_page),
@@ -217,9 +218,9 @@ def create_app(config: UiConfig) -> Starlette:
         Route(run + "/status", runs.run_status),
         Route(run + "/actions/{action}", actions.run_action, methods=["POST"]),
         Route(run, runs.run_page),
-        Route("/namespaces/{ns}/locks", cluster.locks_page),
-        Route("/namespaces/{ns}/locks/release", actions.release_lock, methods=["POST"]),
-        Route("/namespaces/{ns}/task-lists", cluster.task_lists_page),
+        Route("/namespaces/{ns:name}/locks", cluster.locks_page),
+        Route("/namespaces/{ns:name}/locks/release", actions.release_lock, methods=["POST"]),
+        Route("/namespaces/{ns:name}/task-lists", cluster.task_lists_page),
         Mount("/static", StaticFiles(directory=HERE / "static"), name="static"),
     ]
     routes = [

@@ -4,13 +4,13 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 from typing import Any
-from urllib.parse import quote
 
 from starlette.requests import Request
 from starlette.responses import Response
 
 from webui.context import ui_of
 from webui.runs import run_url
+from webui.segments import segment
 
 # A poller last seen longer ago than this is not "polling now".
 POLLER_RECENT = timedelta(minutes=2)
@@ -27,7 +27,7 @@ async def locks_page(request: Request) -> Response:
         namespace=ns,
         locks=locks,
         run_url=lambda wid, rid: run_url(ns, wid, rid),
-        ns_url=f"/namespaces/{quote(ns, safe='')}",
+        ns_url=f"/namespaces/{segment(ns)}",
     )
 
 
@@ -59,5 +59,5 @@ async def task_lists_page(request: Request) -> Response:
         rows=rows,
         truncated=listed.truncated,
         recent=POLLER_RECENT,
-        ns_url=f"/namespaces/{quote(ns, safe='')}",
+        ns_url=f"/namespaces/{segment(ns)}",
     )

@@ -25,6 +25,7 @@ from sdk.errors import (
 )
 from webui import format as fmt
 from webui.config import UiConfig
+from webui.segments import segment
 from webui.service import Clients, HistoryCache
 from webui.sessions import Session, SessionStore
 
@@ -55,7 +56,8 @@ class Ui:
             lstrip_blocks=True,
         )
         env.filters.update(fmt.FILTERS)
-        env.globals["q"] = lambda text: quote(str(text), safe="")
+        env.globals["q"] = lambda text: quote(str(text), safe="")  # a query or fragment
+        env.globals["seg"] = lambda text: segment(str(text))  # a path segment
         self.templates = Jinja2Templates(env=env)
 
     async def client(self, request: Request, namespace: str) -> AsyncClient:

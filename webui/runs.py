@@ -6,7 +6,7 @@ import base64
 import binascii
 from datetime import UTC, datetime
 from typing import Any
-from urllib.parse import quote, urlencode
+from urllib.parse import urlencode
 
 from starlette.requests import Request
 from starlette.responses import RedirectResponse, Response
@@ -17,6 +17,7 @@ from sdk.workflows import WorkflowDescription
 from webui import steps_view
 from webui import timeline as timelines
 from webui.context import is_htmx, ui_of
+from webui.segments import segment
 from webui.service import RunFilter, history_slice, run_key, whole_history
 from webui.service import runs_page as fetch_runs
 from webui.summary import activity_attempts, children, run_events
@@ -37,7 +38,7 @@ SMALL_HISTORY = 2000
 
 
 def run_url(ns: str, workflow_id: str, run_id: str) -> str:
-    parts = (quote(part, safe="") for part in (ns, workflow_id, run_id))
+    parts = (segment(part) for part in (ns, workflow_id, run_id))
     return "/namespaces/{}/runs/{}/{}".format(*parts)
 
 
@@ -155,13 +156,13 @@ async def runs_page(request: Request) -> Response:
 
 
 async def find_run(request: Request) -> Response:
-    """`/namespaces/NS/workflows?id=ID[&run=RUN]`: a form's way to a run (ids that a
-    path cannot carry, such as ".", too)."""
+    """`/namespaces/NS/workflows?id=ID[&run=RUN]`: a form's way to a run, by
+    the id as typed."""
     ui = ui_of(request)
     ns = request.path_params["ns"]
     wid = request.query_params.get("id", "")
     if not wid:
-        return RedirectResponse(f"/namespaces/{quote(ns, safe='')}/runs", status_code=303)
+        return RedirectResponse(f"/namespaces/{segment(ns)}/runs", status_code=303)
     client = await ui.client(request, ns)
     info = (await client.describe(wid, run_id=request.query_params.get("run", ""))).info
     return RedirectResponse(run_url(ns, info.workflow_id, info.run_id), status_code=303)
@@ -239,7 +240,7 @@ async def run_page(request: Request) -> Response:
         partial=None if read.whole else (len(read.head), read.tail_first, info.history_length),
         attempts=attempts,
         is_steps=bool(started is not None and started.get("definition")),
-        ns_url=f"/namespaces/{quote(ns, safe='')}",
+        ns_url=f"/namespaces/{segment(ns)}",
     )
 
 
@@ -290,7 +291,7 @@ async def history_page(request: Request) -> Response:
         last_id=last_id,
         page_size=HISTORY_PAGE,
         is_steps=False,
-        ns_url=f"/namespaces/{quote(ns, safe='')}",
+        ns_url=f"/namespaces/{segment(ns)}",
     )
 
 
@@ -386,7 +387,7 @@ async def _timeline(request: Request) -> dict[str, Any]:
         "lane_count": 0,
         "too_big": False,
         "is_steps": False,
-        "ns_url": f"/namespaces/{quote(ns, safe='')}",
+        "ns_url": f"/namespaces/{segment(ns)}",
     }
     events = await whole_history(client, ui.cache, info)
     # An open run's drawing is redrawn from the cache, reading only new events; a
@@ -445,7 +446,7 @@ async def steps_page(request: Request) -> Response:
         view=view,
         modes=modes,
         is_steps=bool(source),
-        ns_url=f"/namespaces/{quote(ns, safe='')}",
+        ns_url=f"/namespaces/{segment(ns)}",
         htmx=is_htmx(request),
     )
 

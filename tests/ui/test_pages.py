@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import quote
+from urllib.parse import quote, urlencode
 
 from tests.ui.conftest import TASK_LIST, Stack, playwright_api, shot
 
@@ -348,3 +348,32 @@ def test_a_long_history_is_paged_and_its_last_page_follows(stack: Stack, page: A
     page.goto(stack.ui.url + run_path(run.workflow_id, run.run_id) + "/timeline")
     expect(page.locator('#timeline g.point[data-type="Signal"]').first).to_be_attached()
     stack.client.terminate(run.workflow_id, reason="test over")
+
+
+def test_names_a_browser_would_rewrite_are_reached(stack: Stack, page: Any) -> None:
+    # A browser drops a path segment "." and folds "..", even written %2E; the UI
+    # writes such a name, and one starting with its mark "~", as "~" + the name.
+    for workflow_id in (".", "..", "~tilde"):
+        run = stack.client.start_workflow(
+            "ui-wait", {"who": "ui"}, workflow_id=workflow_id, task_list=TASK_LIST
+        )
+        page.goto(stack.ui.url + "/namespaces/default/runs?" + urlencode({"id": workflow_id}))
+        page.get_by_role("link", name=workflow_id, exact=True).click()
+        expect(page).to_have_url(
+            re.compile(re.escape(f"/namespaces/default/runs/~{workflow_id}/{run.run_id}") + "$")
+        )
+        expect(page.locator("h1.run-title")).to_contain_text(workflow_id)
+        page.click("a.tab:has-text('History')")
+        expect(page.locator('tr.event[data-type="WorkflowStarted"]')).to_be_visible()
+        # The go-to form takes the id as typed.
+        page.goto(stack.ui.url + "/namespaces/default/runs")
+        page.fill('#goto input[name="id"]', workflow_id)
+        page.locator("#goto button").click()
+        expect(page).to_have_url(re.compile(re.escape(f"/~{workflow_id}/{run.run_id}") + "$"))
+        stack.client.terminate(workflow_id, reason="seen")
+    # A namespace of dots: its pages link to each other.
+    page.goto(stack.ui.url + "/namespaces/~../runs")
+    expect(page.locator(".ns b")).to_have_text("..")
+    page.click("a:has-text('Locks')")
+    expect(page).to_have_url(re.compile(r"/namespaces/~\.\./locks$"))
+    expect(page.locator(".ns b")).to_have_text("..")

@@ -26,6 +26,7 @@ from webui import service
 from webui.app import create_app
 from webui.config import UiConfig
 from webui.context import http_status
+from webui.segments import NameConvertor, NamePathConvertor, segment
 from webui.service import HistoryCache, events_bytes
 from webui.sessions import COOKIE, MAX_PER_KEY, SessionStore
 from webui.summary import activity_attempts
@@ -416,3 +417,24 @@ def test_a_logged_in_session_never_comes_back_from_its_cookie() -> None:
     assert store.get(first.sid) is None
     back = store.revive(first.sid)
     assert back is not None and back.api_key is None and back.csrf == first.csrf
+
+
+@pytest.mark.parametrize(
+    ("name", "written"),
+    [
+        (".", "~."),
+        ("..", "~.."),
+        ("...", "..."),  # not a dot segment
+        ("~", "~~"),
+        ("~.", "~~."),
+        ("a~b", "a~b"),
+        ("team/a b?", "team%2Fa%20b%3F"),
+        ("./..", ".%2F.."),  # one segment: its slash travels as %2F
+    ],
+)
+def test_a_name_is_written_as_one_segment_and_read_back(name: str, written: str) -> None:
+    assert segment(name) == written
+    decoded = written.replace("%2F", "/").replace("%20", " ").replace("%3F", "?")
+    reader = NamePathConvertor() if "/" in decoded else NameConvertor()
+    assert re.fullmatch(reader.regex, decoded)
+    assert reader.convert(decoded) == name
