@@ -19,6 +19,7 @@ from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.engine.defaults import RegisteredWorkflowType, chosen_type, type_candidates
 from orchestrator.engine.limits import Defaults, Limits
 from orchestrator.metrics import Metrics
+from orchestrator.store.cache import MAX_TAIL_BYTES
 from orchestrator.store.store import RunRow, Store
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
@@ -33,6 +34,7 @@ HISTORY_PAGE = 1000
 # client can receive, whatever the events hold (one event always fits: a payload
 # is at most 256 KiB).
 HISTORY_PAGE_BYTES = 2 * 1024 * 1024
+assert MAX_TAIL_BYTES <= HISTORY_PAGE_BYTES  # a window held in memory is a page
 STATUS_VALUES = {
     "open": c.WORKFLOW_STATUS_OPEN,
     "completed": c.WORKFLOW_STATUS_COMPLETED,
@@ -139,11 +141,12 @@ class ServiceBase:
         the next event if asked to."""
         if last_id:
             # A decision task's window: often all in this node's memory (it just
-            # wrote those events), else read in a page bounded in bytes.
+            # wrote those events; a run's tail there is within a page's bytes),
+            # else read in a page bounded in bytes.
             held = None
             if last_id - first_id < size:
                 held = self._store.cached_events(run_id, first_id, last_id)
-            if held is not None and sum(e.ByteSize() for e in held) <= HISTORY_PAGE_BYTES:
+            if held is not None:
                 events = held
             else:
                 events = await self._store.read_history(

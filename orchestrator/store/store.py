@@ -167,7 +167,7 @@ class Store(LockedWrites, UpkeepWrites):
         row = await self._hot.load(run_id)
         if row is None:
             raise NotFound(f"run {run_id} not found")
-        entry = CachedRun(RunState.from_json(row[0]), row[1])
+        entry = CachedRun(RunState.from_json(row[0]), row[1], len(row[0]))
         self.cache.put(run_id, entry)
         return entry, False
 
@@ -235,9 +235,8 @@ class Store(LockedWrites, UpkeepWrites):
             if settle is not None:
                 settle(False)
             return _LOST
-        entry.version += 1
         if t.state.is_open:
-            entry.add_events(write.events)
+            self.cache.wrote(run_id, entry, write.events, len(write.state_json))
         else:
             # A closed run hands out no more tasks, and calls on it are rare
             # (late answers, reads): its memory goes back, and the next call
@@ -299,7 +298,9 @@ class Store(LockedWrites, UpkeepWrites):
                 if settle is not None:
                     settle(False)
                 raise
-            self.cache.put(new_run_id, CachedRun(t.state, 1, list(write.events)))
+            entry = CachedRun(t.state, 1, len(write.state_json))
+            entry.add_events(write.events)
+            self.cache.put(new_run_id, entry)
             if settle is not None:
                 settle(True)
             self._on_commit(committed)
