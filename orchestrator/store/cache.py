@@ -37,10 +37,10 @@ class CachedRun:
     version: int
     state_bytes: int
     """The state's size as JSON (what the run row holds)."""
-    tail: list[h.HistoryEvent] = field(default_factory=list)
+    tail: list[h.HistoryEvent] = field(default_factory=list, init=False)
     """The last events of the run, contiguous up to its last event (maybe none)."""
-    _sizes: list[int] = field(default_factory=list)
-    tail_bytes: int = 0
+    _sizes: list[int] = field(default_factory=list, init=False)
+    tail_bytes: int = field(default=0, init=False)
 
     @property
     def weight(self) -> int:
@@ -112,6 +112,7 @@ class RunCache:
         held = self._runs.get(run_id) is entry
         if held:
             self.bytes -= entry.weight
+            self._runs.move_to_end(run_id)
         entry.version += 1
         entry.state_bytes = state_bytes
         entry.add_events(events)

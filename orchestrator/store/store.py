@@ -140,17 +140,22 @@ class Store(LockedWrites, UpkeepWrites):
         seen before is a unique key the write runs into."""
         if not request_id:
             return await self.transact(run_id, fn)
+        keys: list[RunKey] = []  # the run's, once read (a refused run is not cached)
+
+        def keyed(t: Transition) -> T:
+            keys.append(t.state.key)
+            return fn(t)
+
         for _ in range(_CAS_ATTEMPTS):
             async with self.cache.turn(run_id):
                 try:
-                    out = await self._hot_transact(run_id, fn, (kind, request_id))
+                    out = await self._hot_transact(run_id, keyed, (kind, request_id))
                 except Conflict:
                     return None  # done before: by an earlier try of the same request
                 except EngineError:
                     # E.g. the run has closed since: if this request was applied
                     # before it did, the retry is answered as the first try was.
-                    entry = self.cache.peek(run_id)
-                    key = await self._run_key(run_id) if entry is None else entry.state.key
+                    key = keys[-1] if keys else await self._run_key(run_id)
                     if await self.request_run(key.namespace, key.workflow_id, kind, request_id):
                         return None
                     raise
@@ -168,7 +173,8 @@ class Store(LockedWrites, UpkeepWrites):
         if row is None:
             raise NotFound(f"run {run_id} not found")
         entry = CachedRun(RunState.from_json(row[0]), row[1], len(row[0]))
-        self.cache.put(run_id, entry)
+        if entry.state.is_open:  # (a closed run is not kept: see `_commit`)
+            self.cache.put(run_id, entry)
         return entry, False
 
     async def _run_key(self, run_id: str) -> RunKey:

@@ -47,10 +47,16 @@ async def test_a_run_leaves_the_cache_when_it_closes(db_url: str) -> None:
         await store.transact(run_id, lambda t: terminate(t, "done", None, "test"))
         assert store.cache.peek(run_id) is None and store.cache.bytes == 0
 
-        # A late call is answered from the database, and leaves nothing cached.
+        # A late call is answered from the database, and leaves nothing cached;
+        # one with a request id reads the run once too.
         with pytest.raises(FailedPrecondition):
             await store.transact(run_id, _signal(10))
         assert store.cache.peek(run_id) is None
+        misses = store.cache.misses
+        with pytest.raises(FailedPrecondition):
+            await store.transact_once(run_id, "signal", "late", _signal(10))
+        assert store.cache.peek(run_id) is None and store.cache.misses == misses + 1
+        assert store.cache.bytes == 0
         last = (await store.events_between(run_id, 1, 4))[-1]
         assert last.HasField("workflow_terminated")
     finally:
@@ -102,22 +108,25 @@ def test_the_least_recently_used_runs_leave_when_the_cache_is_over_its_bytes() -
     runs.put("d", _entry("d", 10, 1000))
     assert [r for r in "abcd" if runs.peek(r)] == ["a", "c", "d"] and runs.bytes == 3 * one
 
-    # A write that grows a run is counted, and makes room the same way.
+    # A write that grows a run is counted, and makes room the same way; the run
+    # written is the most recently used, whatever was used while it wrote.
     d = runs.peek("d")
     assert d is not None
+    assert runs.get("a") is not None and runs.get("c") is not None
     extra = [
         h.HistoryEvent(event_id=11, signal=h.SignalAttributes(input=c.Payload(data=b"y" * 5000)))
     ]
     runs.wrote("d", d, extra, d.state_bytes + 10)
     assert d.version == 2 and d.tail[-1].event_id == 11
-    a = runs.peek("a")
-    assert a is not None
-    assert [r for r in "acd" if runs.peek(r)] == ["a", "d"] and runs.bytes == a.weight + d.weight
+    kept = runs.peek("c")
+    assert kept is not None
+    assert [r for r in "acd" if runs.peek(r)] == ["c", "d"]
+    assert runs.bytes == kept.weight + d.weight
 
     # A run that left meanwhile is brought up to date but not counted again.
     runs.evict("d")
     runs.wrote("d", d, [], d.state_bytes)
-    assert runs.bytes == a.weight and runs.peek("d") is None and d.version == 3
+    assert runs.bytes == kept.weight and runs.peek("d") is None and d.version == 3
 
     # One run heavier than the whole cache still stays: it is in use.
     runs.put("e", _entry("e", 10, 10_000))
