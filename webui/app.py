@@ -27,7 +27,7 @@ from sdk.errors import (
 from webui import actions, auth, cluster, runs
 from webui.config import UiConfig
 from webui.context import HERE, Ui, http_status, is_htmx, session_of, status_name, ui_of
-from webui.segments import segment
+from webui.segments import request_path, segment
 from webui.sessions import COOKIE
 
 _HEADERS = {
@@ -140,7 +140,7 @@ def _failure(request: Request, code: str, message: str, status: int) -> Response
             message=message,
             tag=tag,
             target=target,
-            retry_url=f"{request.url.path}?{query}",
+            retry_url=f"{request_path(request)}?{query}",
             delay=min(60, 2 ** (tries + 1)),
         )
     return ui.render(
@@ -159,7 +159,7 @@ async def _weft_error(request: Request, exc: Exception) -> Response:
         if is_htmx(request):
             return Response("", status_code=401, headers={"HX-Redirect": "/login"})
         session_of(request).flash.append(("error", f"UNAUTHENTICATED: {exc.message}"))
-        here = request.url.path + (f"?{request.url.query}" if request.url.query else "")
+        here = request_path(request) + (f"?{request.url.query}" if request.url.query else "")
         return RedirectResponse("/login?" + urlencode({"next": here}), status_code=303)
     return _failure(request, status_name(exc), exc.message, http_status(exc))
 

@@ -4,8 +4,9 @@ path segment, and read back.
 A browser drops a path segment "." and folds ".." into the one before it (the
 URL standard does so for "%2E" as well) before the request leaves it, so a
 name made of dots cannot travel as it is. Such a name is written with a "~" in
-front, and so is a name that starts with "~" (so that the mark means one thing
-only); the routes' convertors take one "~" off on the way in.
+front; so is a name that would read as one so written ("~." or "~~x"), and the
+routes' convertors take that "~" off on the way in. Any other name, "~team"
+included, is written as it is.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 from urllib.parse import quote
 
 from starlette.convertors import Convertor, register_url_convertor
+from starlette.requests import Request
 
 MARK = "~"
 _DOTS = (".", "..")
@@ -20,13 +22,19 @@ _DOTS = (".", "..")
 
 def segment(name: str) -> str:
     """`name` as a path segment (quoted whole: a "/" in it travels as %2F)."""
-    if name in _DOTS or name.startswith(MARK):
+    if name in _DOTS or _marked(name):
         name = MARK + name
     return quote(name, safe="")
 
 
+def _marked(text: str) -> bool:
+    """Whether `text` reads as a name written with the mark."""
+    rest = text[len(MARK) :]
+    return text.startswith(MARK) and (rest in _DOTS or rest.startswith(MARK))
+
+
 def _read(text: str) -> str:
-    return text[len(MARK) :] if text.startswith(MARK) else text
+    return text[len(MARK) :] if _marked(text) else text
 
 
 class NameConvertor(Convertor[str]):
@@ -55,3 +63,10 @@ class NamePathConvertor(Convertor[str]):
 
 register_url_convertor("name", NameConvertor())
 register_url_convertor("namepath", NamePathConvertor())
+
+
+def request_path(request: Request) -> str:
+    """The path `request` was sent to, as sent: a link back to it built from the
+    decoded path would lose how its names were written (a "/" in an id, %2F)."""
+    raw = request.scope.get("raw_path")
+    return raw.decode("latin-1") if isinstance(raw, bytes) else request.url.path
