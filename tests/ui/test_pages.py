@@ -352,15 +352,16 @@ def test_a_long_history_is_paged_and_its_last_page_follows(stack: Stack, page: A
 
 def test_names_a_browser_would_rewrite_are_reached(stack: Stack, page: Any) -> None:
     # A browser drops a path segment "." and folds "..", even written %2E; the UI
-    # writes such a name, and one starting with its mark "~", as "~" + the name.
-    for workflow_id in (".", "..", "~tilde"):
+    # writes such a name, and one that would read as so written, as "~" + the name.
+    written = {".": "~.", "..": "~..", "~.": "~~.", "~tilde": "~tilde"}
+    for workflow_id, segment in written.items():
         run = stack.client.start_workflow(
             "ui-wait", {"who": "ui"}, workflow_id=workflow_id, task_list=TASK_LIST
         )
         page.goto(stack.ui.url + "/namespaces/default/runs?" + urlencode({"id": workflow_id}))
         page.get_by_role("link", name=workflow_id, exact=True).click()
         expect(page).to_have_url(
-            re.compile(re.escape(f"/namespaces/default/runs/~{workflow_id}/{run.run_id}") + "$")
+            re.compile(re.escape(f"/namespaces/default/runs/{segment}/{run.run_id}") + "$")
         )
         expect(page.locator("h1.run-title")).to_contain_text(workflow_id)
         page.click("a.tab:has-text('History')")
@@ -369,7 +370,7 @@ def test_names_a_browser_would_rewrite_are_reached(stack: Stack, page: Any) -> N
         page.goto(stack.ui.url + "/namespaces/default/runs")
         page.fill('#goto input[name="id"]', workflow_id)
         page.locator("#goto button").click()
-        expect(page).to_have_url(re.compile(re.escape(f"/~{workflow_id}/{run.run_id}") + "$"))
+        expect(page).to_have_url(re.compile(re.escape(f"/{segment}/{run.run_id}") + "$"))
         stack.client.terminate(workflow_id, reason="seen")
     # A namespace of dots: its pages link to each other.
     page.goto(stack.ui.url + "/namespaces/~../runs")
