@@ -34,6 +34,7 @@ from sdk.api.weft.v1.history_pb2 import HistoryEvent
 from sdk.client import AsyncClient
 from sdk.converter import PayloadDecodeError
 from sdk.decider import Decider, DecisionTask
+from sdk.decider_cache import DEFAULT_BYTES as DEFAULT_CACHE_BYTES
 from sdk.decider_cache import DEFAULT_SIZE as DEFAULT_CACHE_SIZE
 from sdk.decider_cache import CachedRun, RunCache
 from sdk.errors import (
@@ -94,11 +95,12 @@ class DeciderWorker(Worker):
         fallback: Decider | None = None,
         registrations: Sequence[TypeRegistration] = (),
         cache_size: int = DEFAULT_CACHE_SIZE,
+        cache_bytes: int = DEFAULT_CACHE_BYTES,
     ) -> None:
         self.register_types = register_types
-        # Runs decided here are kept (up to cache_size; 0: none), so that their
-        # next tasks bring only new events.
-        self.cache = RunCache(cache_size) if cache_size else None
+        # Runs decided here are kept (up to cache_size runs weighing cache_bytes;
+        # a size of 0: none), so that their next tasks bring only new events.
+        self.cache = RunCache(cache_size, cache_bytes) if cache_size else None
         self.fallback = fallback
         self.registrations = tuple(registrations)
         self.deciders: dict[tuple[str, str], Decider] = {}
@@ -230,10 +232,11 @@ class DeciderWorker(Worker):
             )
             await self._cannot_decide(resp, cause, exc, where)
             return None
-        if self.cache is not None:
+        if self.cache is not None and not task.closed:
             # Held before the answer goes: once it is written, the run's next
             # task may come to another poll of this worker while this answer's
-            # folded poll still waits.
+            # folded poll still waits. (A run this task closes has no next task,
+            # unless the close is refused: then its next one reads it whole.)
             self.cache.keep(task.run_id, held)
         answered = await self._respond(resp.task_token, task, where, lane)
         if answered is None:
@@ -253,10 +256,12 @@ class DeciderWorker(Worker):
         )
         if resp.first_event_id > 1:
             if cached is not None:
-                new = self._decode(await self._pages(resp, list(resp.events)))
+                raw = await self._pages(resp, list(resp.events))
+                new = self._decode(raw)
                 cached.history.extend(new)
                 cached.fold.add(new)
                 cached.started_event_id = resp.started_event_id
+                cached.size += _size(raw)
                 return cached
             # The server thought this cache holds the run, and it does not (it was
             # evicted, or this worker restarted): read the history from the start.
@@ -264,7 +269,7 @@ class DeciderWorker(Worker):
         else:
             raw = await self._pages(resp, list(resp.events))
         events = self._decode(raw)
-        return CachedRun(events, resp.started_event_id, Fold().add(events))
+        return CachedRun(events, resp.started_event_id, Fold().add(events), _size(raw))
 
     def _decode(self, raw: list[HistoryEvent]) -> list[Event]:
         # Strict: deciding on a history with a hole in it could do anything.
@@ -389,6 +394,10 @@ class DeciderWorker(Worker):
             )
         except WeftError as exc:
             log.warning("decision.answer_failed", error=exc.message, **where)
+
+
+def _size(raw: list[HistoryEvent]) -> int:
+    return sum(e.ByteSize() for e in raw)
 
 
 async def run_decider(
