@@ -22,13 +22,9 @@ from orchestrator.engine.transition import Transition
 from orchestrator.store.rows import TaskListKey
 
 from .pollers import PollerSightings
-from .wakeups import Delivery, Ticket, Wakeups, wait_ticket
+from .wakeups import SAFETY_NET, Delivery, Ticket, Wakeups, wait_ticket
 
 T = TypeVar("T")
-# How long a list found empty is believed empty without a wake-up. Wake-ups are
-# reliable (commits on this node, NOTIFY from others, everything after a lost
-# link), so this only bounds what an unforeseen miss could cost.
-SAFETY_NET = 30.0
 DEFAULT_MAX_POLLS_PER_CLIENT = 1000
 
 

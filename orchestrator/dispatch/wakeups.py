@@ -24,12 +24,20 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import time
 from collections import deque
 from collections.abc import Callable, Hashable
 from dataclasses import dataclass
 from typing import Any
 
 _PREFER_WITHIN = 64
+# How long a list found empty is believed empty without a wake-up. Wake-ups are
+# reliable (commits on this node, NOTIFY from others, everything after a lost
+# link), so this only bounds what an unforeseen miss could cost.
+SAFETY_NET = 30.0
+# Lists come and go (one per run or per host, say): what is noted of each is
+# swept once there are this many, and again each time their number doubles.
+_SWEEP_FROM = 1024
 
 
 @dataclass(frozen=True)
@@ -59,10 +67,16 @@ class Wakeups:
     def __init__(self) -> None:
         self._events: dict[Hashable, asyncio.Event] = {}
         self._pollers: dict[Hashable, deque[Ticket]] = {}
-        # Per task list: a count of its wake-ups, and (that count, when) as of
-        # the last look that found it empty.
+        # Per task list: the stamp of its last wake-up, and (that stamp, when)
+        # as of the last look that found it empty. Stamps only grow, and a list
+        # with none has `_floor`, which a sweep raises to the latest stamp: so
+        # a list's stamp never comes back to a value a look may have taken
+        # before a wake-up (`generation`), whatever a sweep forgot.
         self._generation: dict[Hashable, int] = {}
         self._empty: dict[Hashable, tuple[int, float]] = {}
+        self._stamp = 0
+        self._floor = 0
+        self._sweep_at = _SWEEP_FROM
 
     # -- followers: wake all ----------------------------------------------------------
 
@@ -128,7 +142,9 @@ class Wakeups:
 
     def wake_pollers(self, key: Hashable, n: int = 1) -> None:
         """Wake the `n` longest-waiting pollers of `key`."""
-        self._generation[key] = self._generation.get(key, 0) + 1
+        self._stamp += 1
+        self._generation[key] = self._stamp
+        self._maybe_sweep(time.monotonic())  # (the clock of asyncio's loop.time)
         queue = self._pollers.get(key)
         while queue and n > 0:
             ticket = queue.popleft()
@@ -146,18 +162,41 @@ class Wakeups:
 
     def generation(self, key: Hashable) -> int:
         """Taken before a look: `found_empty` then records it only if no wake-up came since."""
-        return self._generation.get(key, 0)
+        return self._generation.get(key, self._floor)
 
     def found_empty(self, key: Hashable, generation: int, now: float) -> None:
-        if self._generation.get(key, 0) == generation:
+        if self.generation(key) == generation:
             self._empty[key] = (generation, now)
+            self._maybe_sweep(now)
 
     def known_empty(self, key: Hashable, now: float, max_age: float) -> bool:
         """Found empty within `max_age` seconds, and woken by no commit since."""
         seen = self._empty.get(key)
-        return (
-            seen is not None and seen[0] == self._generation.get(key, 0) and now - seen[1] < max_age
-        )
+        return seen is not None and seen[0] == self.generation(key) and now - seen[1] < max_age
+
+    def noted(self) -> int:
+        """How many task lists something is noted of (stamps and empty lists)."""
+        return len(self._generation.keys() | self._empty.keys())
+
+    def _maybe_sweep(self, now: float) -> None:
+        if len(self._generation) + len(self._empty) > self._sweep_at:
+            self._sweep(now)
+            self._sweep_at = max(_SWEEP_FROM, 2 * (len(self._generation) + len(self._empty)))
+
+    def _sweep(self, now: float) -> None:
+        """Forget the lists no poller waits on and not found empty within
+        `SAFETY_NET` (a look would not trust that note anyway). A forgotten list
+        has the floor's stamp, raised here: a look in flight on it finds its
+        stamp changed and notes nothing (it looks again, at worst)."""
+        floor, self._floor = self._floor, self._stamp
+        for key in list(self._generation.keys() | self._empty.keys()):
+            seen = self._empty.get(key)
+            if key in self._pollers or (seen is not None and now - seen[1] < SAFETY_NET):
+                # Kept as it was: a list never woken keeps the stamp it had.
+                self._generation.setdefault(key, floor)
+                continue
+            self._generation.pop(key, None)
+            self._empty.pop(key, None)
 
     # -- everyone ---------------------------------------------------------------------
 

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
-from orchestrator.dispatch.wakeups import Wakeups, wait_ticket
+from orchestrator.dispatch import wakeups as wakeups_module
+from orchestrator.dispatch.wakeups import SAFETY_NET, Wakeups, wait_ticket
 from orchestrator.store.notices import read_tasks_added, tasks_added
 from orchestrator.store.rows import TaskListKey
 
@@ -76,3 +79,49 @@ def test_notify_payload_round_trips_a_task_list_name_with_the_separator() -> Non
 def test_a_payload_of_another_format_is_refused(payload: str) -> None:
     with pytest.raises(ValueError):
         read_tasks_added(payload)
+
+
+# -- what is noted of each list, as lists come and go -----------------------------------
+
+
+def _lists(n: int, prefix: str = "run") -> list[TaskListKey]:
+    return [TaskListKey("default", "activity", f"{prefix}-{i}") for i in range(n)]
+
+
+async def test_lists_that_come_and_go_are_forgotten(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(wakeups_module, "SAFETY_NET", 0.0)  # every note is old at once
+    wakeups = Wakeups()
+    for key in _lists(20_000):  # a list per run: woken once, found empty once
+        wakeups.wake_pollers(key)
+        wakeups.found_empty(key, wakeups.generation(key), time.monotonic())
+    assert wakeups.noted() <= 2 * 1024
+
+
+async def test_a_sweep_keeps_what_a_look_may_still_use() -> None:
+    wakeups = Wakeups()
+    now = time.monotonic()
+    woken, never_woken, waited_on = _lists(3, "kept")
+    wakeups.wake_pollers(woken)
+    wakeups.found_empty(woken, wakeups.generation(woken), now)
+    wakeups.found_empty(never_woken, wakeups.generation(never_woken), now)
+    ticket = wakeups.ticket(waited_on)
+    wakeups.wake_pollers(waited_on, 0)  # (a stamp, no poller woken)
+    stamp = wakeups.generation(waited_on)
+    for key in _lists(5_000):  # enough lists to sweep
+        wakeups.wake_pollers(key)
+    assert wakeups.noted() < 5_000  # swept
+    assert wakeups.known_empty(woken, now, SAFETY_NET)
+    assert wakeups.known_empty(never_woken, now, SAFETY_NET)
+    assert wakeups.generation(waited_on) == stamp and not ticket.done()
+
+
+async def test_a_wake_up_during_a_look_is_not_lost_to_a_sweep() -> None:
+    wakeups = Wakeups()
+    key, *others = _lists(5_001, "raced")
+    before = wakeups.generation(key)  # a poller's look starts...
+    wakeups.wake_pollers(key)  # ...a commit adds a task to the list...
+    for other in others:  # ...and the list is swept, with all the others
+        wakeups.wake_pollers(other)
+    assert wakeups.noted() < 5_000
+    wakeups.found_empty(key, before, time.monotonic())  # the look read nothing
+    assert not wakeups.known_empty(key, time.monotonic(), SAFETY_NET)
