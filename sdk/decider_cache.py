@@ -40,6 +40,8 @@ class RunCache:
     def __init__(self, size: int = DEFAULT_SIZE, max_bytes: int = DEFAULT_BYTES) -> None:
         if size < 1:
             raise ValueError("a run cache holds at least one run")
+        if max_bytes < 1:
+            raise ValueError("a run cache's bytes must be positive (a size of 0: no cache)")
         self.id = uuid.uuid4().hex
         """Sent with polls and answers: the server knows which runs this cache holds."""
         self._runs: OrderedDict[str, CachedRun] = OrderedDict()
@@ -73,12 +75,11 @@ class RunCache:
             _, gone = self._runs.popitem(last=False)
             self.bytes -= gone.size
 
-    def forget(self, run_id: str, started_event_id: int) -> None:
-        """A task's answer was not taken: drop what `keep` held for it, the run
-        as of `started_event_id` (a later task of the run may have carried the
-        same entry on since: that one stays)."""
-        entry = self._runs.get(run_id)
-        if entry is not None and entry.started_event_id == started_event_id:
+    def forget(self, run_id: str, entry: CachedRun) -> None:
+        """A task's answer was not taken: drop `entry`, which `keep` held for it,
+        if it is still what the cache holds of the run (a later task, or a
+        later attempt of the same one, may have kept another since)."""
+        if self._runs.get(run_id) is entry:
             self._pop(run_id)
 
     def _pop(self, run_id: str) -> CachedRun | None:

@@ -178,7 +178,7 @@ class DeciderWorker(Worker):
             namespace=self.client.namespace,
             task_list=task_list,
             identity=self.identity,
-            cache_id=self.cache.id if self.cache else "",
+            cache_id=self.cache.id if self.cache is not None else "",
             worker_session_id=self.session.id,
         )
 
@@ -241,7 +241,7 @@ class DeciderWorker(Worker):
         answered = await self._respond(resp.task_token, task, where, lane)
         if answered is None:
             if self.cache is not None:
-                self.cache.forget(task.run_id, task.started_event_id)
+                self.cache.forget(task.run_id, held)
             return None
         return self._task_of(lane.task_list, answered.next_task)
 
@@ -256,8 +256,13 @@ class DeciderWorker(Worker):
         )
         if resp.first_event_id > 1:
             if cached is not None:
-                raw = await self._pages(resp, list(resp.events))
-                new = self._decode(raw)
+                try:
+                    raw = await self._pages(resp, list(resp.events))
+                    new = self._decode(raw)
+                except BaseException:
+                    assert self.cache is not None
+                    self.cache.keep(run_id, cached)  # unchanged: still good for a retry
+                    raise
                 cached.history.extend(new)
                 cached.fold.add(new)
                 cached.started_event_id = resp.started_event_id
@@ -327,7 +332,9 @@ class DeciderWorker(Worker):
                 task_token=token,
                 decisions=decisions,
                 identity=self.identity,
-                cache_id=self.cache.id if self.cache else "",
+                # (A run this task closes is not kept: its next task, if the
+                # close is refused, must bring the whole history.)
+                cache_id=self.cache.id if self.cache is not None and not task.closed else "",
             )
             resp = await self._send_answer(
                 lane, "RespondDecisionTaskCompleted", req, s.RespondDecisionTaskCompletedResponse

@@ -4,9 +4,14 @@ too much, and keeps no run its task closed."""
 
 from __future__ import annotations
 
+from typing import Any
+
+import pytest
+
 from sdk import AsyncClient, DeciderWorker, DecisionTask
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
+from sdk.converter import PayloadConverter, PayloadDecodeError
 from sdk.decider_cache import CachedRun, RunCache
 from tests.helpers import wait_until
 from tests.sdk.conftest import make_decider
@@ -97,10 +102,58 @@ def test_the_least_recently_kept_run_leaves_first() -> None:
     b.size = 80
     cache.keep("b", b)  # over in bytes: c leaves, and that is enough
     assert cache.take("c", 3) is None and (len(cache), cache.bytes) == (2, 90)
-    cache.forget("b", 4)  # kept as of another task: stays
+    cache.forget("b", _run(80))  # another entry of the run is held: it stays
     assert len(cache) == 2
-    cache.forget("b", 3)
+    cache.forget("b", b)
     assert (len(cache), cache.bytes) == (1, 10)
     cache.keep("e", _run(500))  # heavier than the cache: d leaves, e is kept (in use)
     assert (len(cache), cache.bytes) == (1, 500)
     assert cache.take("e", 2) is None and cache.bytes == 0  # held as of another task
+
+
+def test_a_cache_of_no_bytes_is_refused() -> None:
+    with pytest.raises(ValueError, match="bytes must be positive"):
+        RunCache(max_bytes=0)
+
+
+class Garbling(PayloadConverter):
+    """A converter that cannot read the string "garbled" (as a decider whose
+    converter meets bytes it does not know)."""
+
+    def decode(self, payload: c.Payload | None, type_hint: Any = None) -> Any:
+        if payload is not None and payload.data == b'"garbled"':
+            raise PayloadDecodeError("not a payload this converter reads")
+        return super().decode(payload, type_hint)
+
+
+async def test_a_history_that_cannot_be_decoded_leaves_the_run_cached(
+    client: AsyncClient, address: str, task_list: str
+) -> None:
+    async with AsyncClient(address, converter=Garbling()) as garbling:
+        worker = DeciderWorker(
+            garbling,
+            task_lists=[task_list],
+            deciders=[make_decider("weighed", decide)],
+            concurrency=2,
+        )
+        cache = worker.cache
+        assert cache is not None
+        async with worker:
+            run = await client.start_workflow("weighed", task_list=task_list)
+            size = await decided(client, run.workflow_id, 1)
+            assert (len(cache), cache.bytes) == (1, size)
+            # The task that brings the signal cannot decide; the run stays
+            # held as it was, for the task's next attempt.
+            await client.signal(run.workflow_id, "garbled", "garbled")
+
+            async def failed() -> bool:
+                events = await client.history(run.workflow_id)
+                return any(e.type == "DeciderFailed" for e in events)
+
+            await wait_until(failed)
+
+            async def held() -> bool:  # (between attempts: one may have it off now)
+                return (len(cache), cache.bytes) == (1, size)
+
+            await wait_until(held)
+            assert cache.hits >= 1 and cache.misses == 1  # the first task's miss only
