@@ -253,6 +253,20 @@ class WeftServer(Process):
             channel = grpc.aio.insecure_channel(self.address)
         if not await wait_serving(channel, self.check_alive, timeout):
             raise RuntimeError(f"{self.name} not serving in {timeout}s\n{self.log_tail()}")
+        # With --workers N, the port serves once one worker listens: the others
+        # (and their metrics) may still be starting.
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                self.counts()
+                return
+            except OSError:
+                self.check_alive()
+                if time.monotonic() > deadline:
+                    raise RuntimeError(
+                        f"{self.name}: not every worker serves metrics in {timeout}s"
+                    ) from None
+                await asyncio.sleep(0.1)
 
 
 @dataclass
