@@ -41,15 +41,17 @@ async def tail(
     `max_bytes`), waiting up to `timeout` seconds for the next one if there is
     none yet and `wait_new`; and whether there is more to read."""
     deadline = asyncio.get_running_loop().time() + timeout
-    while True:
-        woken = wakeups.current(follow_key(run_id))
-        # Status first: if the run was closed before we read, the read sees its last event.
-        state = await store.load_state(run_id)
-        events = await store.read_history(run_id, first_id, None, size, max_bytes)
-        remaining = deadline - asyncio.get_running_loop().time()
-        if events or not wait_new or not state.is_open or draining() or remaining <= 0:
-            break
-        await wait(woken, min(remaining, RECHECK))
+    key = follow_key(run_id)
+    with wakeups.following(key):
+        while True:
+            woken = wakeups.current(key)
+            # Status first: if the run was closed before we read, the read sees its last event.
+            state = await store.load_state(run_id)
+            events = await store.read_history(run_id, first_id, None, size, max_bytes)
+            remaining = deadline - asyncio.get_running_loop().time()
+            if events or not wait_new or not state.is_open or draining() or remaining <= 0:
+                break
+            await wait(woken, min(remaining, RECHECK))
     nxt = events[-1].event_id + 1 if events else first_id
     # A follower (wait_new) is handed a token while the run is open, to wait on;
     # a plain read ends at the history as it stands. A closed run's length is

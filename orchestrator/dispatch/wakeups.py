@@ -26,7 +26,7 @@ import asyncio
 import contextlib
 import time
 from collections import deque
-from collections.abc import Callable, Hashable
+from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -66,6 +66,7 @@ class Ticket(asyncio.Future[Delivery | None]):
 class Wakeups:
     def __init__(self) -> None:
         self._events: dict[Hashable, asyncio.Event] = {}
+        self._followers: dict[Hashable, int] = {}
         self._pollers: dict[Hashable, deque[Ticket]] = {}
         # Per task list: the stamp of its last wake-up, and (that stamp, when)
         # as of the last look that found it empty. Stamps only grow, and a list
@@ -80,7 +81,27 @@ class Wakeups:
 
     # -- followers: wake all ----------------------------------------------------------
 
+    @contextlib.contextmanager
+    def following(self, key: Hashable) -> Iterator[None]:
+        """A follower of `key` while inside: the key's event is dropped when the
+        last one leaves (a read that never waited must not leave it behind)."""
+        self._followers[key] = self._followers.get(key, 0) + 1
+        try:
+            yield
+        finally:
+            left = self._followers[key] - 1
+            if left:
+                self._followers[key] = left
+            else:
+                del self._followers[key]
+                self._events.pop(key, None)
+
+    def followed(self) -> int:
+        """How many keys have an event for followers."""
+        return len(self._events)
+
     def current(self, key: Hashable) -> asyncio.Event:
+        """The event that the next wake-up of `key` sets (call it `following`)."""
         event = self._events.get(key)
         if event is None:
             event = self._events[key] = asyncio.Event()
@@ -201,7 +222,13 @@ class Wakeups:
     # -- everyone ---------------------------------------------------------------------
 
     def wake_all(self) -> None:
-        """Everyone looks again: after a lost connection, or when the server drains."""
+        """Everyone looks again: after a lost connection, or when the server drains.
+        Every list's stamp moves past any a look in flight took, so a look that
+        read nothing before this (a notice may have been lost) notes nothing."""
+        self._stamp += 1
+        self._floor = self._stamp
+        self._generation.clear()
+        self._sweep_at = _SWEEP_FROM
         self._empty.clear()
         events, self._events = self._events, {}
         for event in events.values():

@@ -125,3 +125,26 @@ async def test_a_wake_up_during_a_look_is_not_lost_to_a_sweep() -> None:
     assert wakeups.noted() < 5_000
     wakeups.found_empty(key, before, time.monotonic())  # the look read nothing
     assert not wakeups.known_empty(key, time.monotonic(), SAFETY_NET)
+
+
+async def test_a_look_in_flight_notes_nothing_after_everyone_was_woken() -> None:
+    # A look starts, a notice is lost with the link, the link comes back
+    # (everyone looks again), and then the look reads nothing: not empty.
+    wakeups = Wakeups()
+    before = wakeups.generation(KEY)
+    wakeups.wake_all()
+    wakeups.found_empty(KEY, before, time.monotonic())
+    assert not wakeups.known_empty(KEY, time.monotonic(), SAFETY_NET)
+
+
+async def test_followers_leave_nothing_behind() -> None:
+    wakeups = Wakeups()
+    with wakeups.following("run-1"):
+        first = wakeups.current("run-1")
+        with wakeups.following("run-1"):
+            assert wakeups.current("run-1") is first
+        assert wakeups.followed() == 1  # one still follows
+        wakeups.wake("run-1")
+        assert first.is_set()
+        wakeups.current("run-1")  # (the next wake-up's)
+    assert wakeups.followed() == 0
