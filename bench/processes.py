@@ -260,12 +260,12 @@ class WeftServer(Process):
             try:
                 self.counts()
                 return
-            except OSError:
+            except OSError as exc:
                 self.check_alive()
                 if time.monotonic() > deadline:
                     raise RuntimeError(
-                        f"{self.name}: not every worker serves metrics in {timeout}s"
-                    ) from None
+                        f"{self.name}: not every worker serves metrics in {timeout}s: {exc}"
+                    ) from exc
                 await asyncio.sleep(0.1)
 
 
