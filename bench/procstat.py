@@ -70,3 +70,11 @@ def machine() -> dict[str, object]:
         "kernel": os.uname().release,
         "load_average_at_start": [round(x, 2) for x in os.getloadavg()],
     }
+
+
+def resident_mib(pid: int) -> float:
+    """The resident memory of `pid` now, in MiB."""
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    raise LookupError(f"no VmRSS for process {pid}")
