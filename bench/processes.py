@@ -265,6 +265,7 @@ class WeftServer(Process):
                 if time.monotonic() > deadline:
                     raise RuntimeError(
                         f"{self.name}: not every worker serves metrics in {timeout}s: {exc}"
+                        f"\n{self.log_tail()}"
                     ) from exc
                 await asyncio.sleep(0.1)
 

@@ -249,19 +249,15 @@ class DeciderWorker(Worker):
         """The task's history and its fold: the cached run carried on with the
         events the task brings, or else the whole history, read and folded."""
         run_id = resp.workflow_execution.run_id
-        cached = (
-            self.cache.take(run_id, resp.previous_started_event_id)
-            if self.cache is not None
-            else None
-        )
+        cache = self.cache
+        cached = cache.take(run_id, resp.previous_started_event_id) if cache is not None else None
         if resp.first_event_id > 1:
-            if cached is not None:
+            if cache is not None and cached is not None:
                 try:
                     raw = await self._pages(resp, list(resp.events))
                     new = self._decode(raw)
                 except BaseException:
-                    assert self.cache is not None
-                    self.cache.keep(run_id, cached)  # unchanged: still good for a retry
+                    cache.keep(run_id, cached)  # unchanged: still good for a retry
                     raise
                 cached.history.extend(new)
                 cached.fold.add(new)

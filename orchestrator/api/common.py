@@ -34,7 +34,8 @@ HISTORY_PAGE = 1000
 # client can receive, whatever the events hold (one event always fits: a payload
 # is at most 256 KiB).
 HISTORY_PAGE_BYTES = 2 * 1024 * 1024
-assert MAX_TAIL_BYTES <= HISTORY_PAGE_BYTES  # a window held in memory is a page
+if MAX_TAIL_BYTES > HISTORY_PAGE_BYTES:  # (`_history_page` serves a held window as a page)
+    raise RuntimeError("a run's tail held in memory must fit in a history page")
 STATUS_VALUES = {
     "open": c.WORKFLOW_STATUS_OPEN,
     "completed": c.WORKFLOW_STATUS_COMPLETED,

@@ -2,8 +2,9 @@
 
 Two kinds of waiter, woken differently:
 
-* History followers of a run all want every new event, so a run's key has a
-  generation event that wakes them all at once (`current` / `wake`).
+* History followers of a run all want every new event, so a run's key has an
+  event that wakes them all at once (`current` / `wake`); each follows inside
+  `following`, so the event goes when the last of them leaves.
 * Pollers of a task list each want one task, so they queue: a commit that
   adds n tasks wakes n pollers, not all of them (waking all made every parked
   poller run a claim for each task, costing the server far more than the task).
@@ -16,8 +17,9 @@ that lands between its look and its wait is never lost.
 Every commit that adds tasks to a list wakes that list (here, or through
 LISTEN/NOTIFY from another node), so a list found empty stays known empty until
 its next wake-up: parked polls cost no database look at all. The knowledge is
-dropped after a while anyway (`polls.SAFETY_NET`), and whenever the
-notification link was down (`wake_all`).
+dropped after a while anyway (`SAFETY_NET`), and whenever the notification
+link was down (`wake_all`). What is noted of lists nobody waits on is swept
+as lists come and go (`_sweep`).
 """
 
 from __future__ import annotations

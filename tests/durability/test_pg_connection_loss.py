@@ -37,7 +37,7 @@ from tests.serverproc import ServerProcess
 
 pytestmark = pytest.mark.postgres
 
-MAX_RECOVERY = 5.0  # listener loss: the 2 s poll re-check plus a reconnect, with room to spare
+MAX_RECOVERY = 5.0  # listener loss: a reconnect, then every poll looks again (wake_all), with room
 MAX_WAKE_DELAY = 1.0  # a hand-over through a working LISTEN connection (as in test_two_nodes)
 
 # The fixtures the tests below take, bound here so that pytest finds them in this
@@ -91,7 +91,7 @@ async def test_poller_on_a_gets_task_started_on_b_after_all_backends_are_killed(
         await wait_until(listeners_back, timeout=10)
 
         # ...and it really listens again: hand-overs are immediate (NOTIFY), not
-        # paced by the 2 s re-check. Three rounds, so a re-check cannot pass by luck.
+        # paced by a re-check. Three rounds, so a re-check cannot pass by luck.
         for round_no in range(3):
             on_a2, on_b2 = Driver(stub_a), Driver(stub_b)
             on_b2.task_list, on_b2.workflow_id = on_a2.task_list, on_a2.workflow_id

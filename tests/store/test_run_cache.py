@@ -5,6 +5,7 @@ run's tail and the whole cache bounded in bytes."""
 from __future__ import annotations
 
 import uuid
+from collections.abc import Callable
 
 import pytest
 
@@ -23,7 +24,7 @@ from sdk.api.weft.v1 import history_pb2 as h
 START = StartCommand("t", "", "tl", None, execution_timeout=60, decider_timeout=10)
 
 
-def _signal(size: int) -> object:
+def _signal(size: int) -> Callable[[Transition], None]:
     def apply(t: Transition) -> None:
         signal(t, "poke", c.Payload(data=b"x" * size, encoding="json"), "test", Limits())
 
