@@ -49,16 +49,10 @@ class NameConvertor(Convertor[str]):
         return segment(value)
 
 
-class NamePathConvertor(Convertor[str]):
+class NamePathConvertor(NameConvertor):
     """`{wid:namepath}`: a workflow id, whose "/" the server has decoded from %2F."""
 
     regex = ".*"
-
-    def convert(self, value: str) -> str:
-        return _read(value)
-
-    def to_string(self, value: str) -> str:
-        return segment(value)
 
 
 register_url_convertor("name", NameConvertor())
