@@ -167,7 +167,7 @@ class Wakeups:
         """Wake the `n` longest-waiting pollers of `key`."""
         self._stamp += 1
         self._generation[key] = self._stamp
-        self._maybe_sweep(time.monotonic())  # (the clock of asyncio's loop.time)
+        self._maybe_sweep()
         queue = self._pollers.get(key)
         while queue and n > 0:
             ticket = queue.popleft()
@@ -201,9 +201,9 @@ class Wakeups:
         """How many task lists something is noted of (stamps and empty lists)."""
         return len(self._generation.keys() | self._empty.keys())
 
-    def _maybe_sweep(self, now: float) -> None:
+    def _maybe_sweep(self, now: float | None = None) -> None:
         if len(self._generation) + len(self._empty) > self._sweep_at:
-            self._sweep(now)
+            self._sweep(time.monotonic() if now is None else now)  # (asyncio's loop.time)
             self._sweep_at = max(_SWEEP_FROM, 2 * (len(self._generation) + len(self._empty)))
 
     def _sweep(self, now: float) -> None:

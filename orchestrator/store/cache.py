@@ -1,6 +1,6 @@
 """Runs this node holds in memory: each open run's state as of the version it
 last read or wrote, and the tail of its history this node wrote since. A run
-that closes leaves (`Store._commit`); the rest are bounded in number and in
+that closes leaves (`put`, `wrote`); the rest are bounded in number and in
 bytes, least recently used first.
 
 The database stays the truth: a write goes through only if the row still has
@@ -98,7 +98,11 @@ class RunCache:
         return self._runs.get(run_id)
 
     def put(self, run_id: str, entry: CachedRun) -> None:
+        """Hold `entry` (read or just created); a closed run is not held: it hands
+        out no more tasks, and calls on it are rare (late answers, reads)."""
         self.evict(run_id)
+        if not entry.state.is_open:
+            return
         self._runs[run_id] = entry
         self.bytes += entry.weight
         self._trim()
@@ -108,7 +112,11 @@ class RunCache:
     ) -> None:
         """This node wrote `entry`'s run: its version is the next, `events` were
         appended and its state is `state_bytes` long now. (An entry that left
-        the cache meanwhile is brought up to date, and stays out.)"""
+        the cache meanwhile is brought up to date, and stays out; a run the
+        write closed leaves, as in `put`.)"""
+        if not entry.state.is_open:
+            self.evict(run_id)
+            return
         held = self._runs.get(run_id) is entry
         if held:
             self.bytes -= entry.weight

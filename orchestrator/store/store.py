@@ -173,8 +173,7 @@ class Store(LockedWrites, UpkeepWrites):
         if row is None:
             raise NotFound(f"run {run_id} not found")
         entry = CachedRun(RunState.from_json(row[0]), row[1], len(row[0]))
-        if entry.state.is_open:  # (a closed run is not kept: see `_commit`)
-            self.cache.put(run_id, entry)
+        self.cache.put(run_id, entry)
         return entry, False
 
     async def _run_key(self, run_id: str) -> RunKey:
@@ -241,13 +240,7 @@ class Store(LockedWrites, UpkeepWrites):
             if settle is not None:
                 settle(False)
             return _LOST
-        if t.state.is_open:
-            self.cache.wrote(run_id, entry, write.events, len(write.state_json))
-        else:
-            # A closed run hands out no more tasks, and calls on it are rare
-            # (late answers, reads): its memory goes back, and the next call
-            # loads it from the database.
-            self.cache.evict(run_id)
+        self.cache.wrote(run_id, entry, write.events, len(write.state_json))
         if settle is not None:
             settle(True)
         self._on_commit(committed)
