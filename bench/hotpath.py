@@ -3,6 +3,7 @@
     .venv/bin/python -m bench.hotpath                 # PostgreSQL, 4 in flight
     .venv/bin/python -m bench.hotpath --inflight 16 --workflows 200 --py-spy
     .venv/bin/python -m bench.hotpath --sqlite
+    .venv/bin/python -m bench.hotpath --embed           # one process: weft server --embed
 
 Starts `weft server` with a `weft decider` and a `weft runner` on
 `bench.workload` (as `make bench` does, on a database of its own), runs a
@@ -30,7 +31,7 @@ import psycopg
 
 from bench import pgdb
 from bench.drive import Completions, run_batch
-from bench.processes import REPO, Counts
+from bench.processes import REPO, Counts, Process
 from bench.rig import WeftNode
 
 DATABASE = "weft_hotpath"
@@ -56,7 +57,9 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     else:
         pgdb.recreate(args.postgres, DATABASE)
         db_url = pgdb.url(args.postgres, DATABASE)
-    node = await WeftNode.start("hotpath", db_url, log_dir, "warning", args.server_workers)
+    node = await WeftNode.start(
+        "hotpath", db_url, log_dir, "warning", args.server_workers, embed=args.embed
+    )
     completions = await Completions.open()
 
     async def batch(workflows: int, prefix: str) -> float:
@@ -75,12 +78,15 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     try:
         await batch(max(4, args.workflows // 5), "warm")
         target = {"server": node.server, "decider": node.decider, "runner": node.runner}
-        spy = _start_py_spy(target[args.py_spy].pid, log_dir) if args.py_spy else None
+        spied = target[args.py_spy] if args.py_spy else None
+        if args.py_spy and spied is None:
+            raise SystemExit(f"bench.hotpath: with --embed the {args.py_spy} is the server")
+        spy = _start_py_spy(spied.pid, log_dir) if spied is not None else None
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
-        decider0, runner0 = node.decider.cpu(), node.runner.cpu()
+        decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
         seconds = await batch(args.workflows, "timed")
         cpu = node.server.cpu() - cpu0
-        decider_cpu, runner_cpu = node.decider.cpu() - decider0, node.runner.cpu() - runner0
+        decider_cpu, runner_cpu = _cpu(node.decider) - decider0, _cpu(node.runner) - runner0
         counts = node.server.counts() - counts0
         await asyncio.sleep(1.2)  # PostgreSQL publishes its counters about every second
         xacts = _xacts(args, db_url) - xacts0
@@ -101,6 +107,10 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "xacts": xacts,
         "spy": spy_out,
     }
+
+
+def _cpu(proc: Process | None) -> float:
+    return proc.cpu() if proc is not None else 0.0  # (--embed: counted in the server's)
 
 
 def _xacts(args: argparse.Namespace, db_url: str) -> float:
@@ -202,6 +212,11 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--postgres", default="postgresql://postgres@127.0.0.1:5432/postgres")
     parser.add_argument("--sqlite", action="store_true", help="profile on SQLite instead")
     parser.add_argument("--server-workers", type=int, default=1, help="weft server --workers N")
+    parser.add_argument(
+        "--embed",
+        action="store_true",
+        help="the decider and runner inside the server (weft server --embed bench.workload)",
+    )
     parser.add_argument(
         "--py-spy",
         nargs="?",

@@ -55,6 +55,12 @@ def targets(scenarios: dict[str, Any]) -> list[dict[str, Any]]:
         add(f"server CPU per activity (ms), {c} in flight", ms, "<= 2", ms <= 2)
         cpu = point["ratio.server_cpu_per_activity_in_echo_calls"]["median"]
         add(f"server CPU per activity in echo calls, {c} in flight", cpu, "<= 8", cpu <= 8)
+    for point in scenarios.get("one_process", {}).get("points", []):
+        c = point["inflight"]
+        if c >= 4:
+            peer = point["ratio.weft_activities_over_dbos_steps"]["median"]
+            label = f"the same, one process (weft server --embed), {c} in flight"
+            add(label, peer, ">= 1", peer >= 1)
     if len(rates) >= 3:
         grows = all(later > earlier for earlier, later in itertools.pairwise(rates))
         add("throughput grows from 1 to 4 to 16 in flight", rates[-1] / rates[0], "> 1", grows)
@@ -97,6 +103,7 @@ def render(doc: dict[str, Any]) -> str:
     parts += _sqlite(scenarios.get("sqlite"))
     parts += _two_nodes(scenarios.get("two_nodes"))
     parts += _secured(scenarios.get("secured"))
+    parts += _one_process(scenarios.get("one_process"))
     rows = [
         [t["target"], num(t["median"], 2), t["goal"], "met" if t["met"] else "NOT met"]
         for t in doc["targets"]
@@ -461,3 +468,39 @@ def _secured(result: dict[str, Any] | None) -> list[str]:
         f" activity {fmt(result['ratio.secured_over_plain_server_cpu_per_activity'], 2)}",
         table(["node", "act/s", "server CPU ms/act", "server cores"], rows),
     ]
+
+
+def _one_process(result: dict[str, Any] | None) -> list[str]:
+    title = (
+        "One process: the decider and runner inside the server (weft server --embed"
+        " bench.workload), against DBOS"
+    )
+    if (problem := _problem(title, result)) is not None:
+        return problem
+    assert result is not None
+    rows = [
+        [
+            str(p["inflight"]),
+            fmt(p["weft.activities_per_s"]),
+            fmt(p["dbos.steps_per_s"]),
+            fmt(p["ratio.weft_activities_over_dbos_steps"], 2),
+            fmt(p["weft.server_cpu_per_activity_ms"], 2),
+            fmt(p["weft.server_cpu_cores"], 2),
+            fmt(p["weft.machine_cpu_per_activity_ms"], 2),
+            fmt(p["dbos.machine_cpu_per_step_ms"], 2),
+            fmt(p["weft.rpcs_per_activity"], 1),
+        ]
+        for p in result["points"]
+    ]
+    headers = [
+        "in flight",
+        "Weft act/s",
+        "DBOS steps/s",
+        "Weft÷DBOS",
+        "process CPU ms/act",
+        "process cores",
+        "machine ms/act",
+        "DBOS machine ms/step",
+        "calls/act",
+    ]
+    return ["", title, table(headers, rows)]

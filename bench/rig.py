@@ -35,11 +35,12 @@ class Secured:
 
 @dataclass
 class WeftNode:
-    """One `weft server` with a `weft decider` and a `weft runner` on `bench.workload`."""
+    """One `weft server` with a `weft decider` and a `weft runner` on `bench.workload`,
+    or (`embed`) with both inside it: `weft server --embed bench.workload`."""
 
     server: WeftServer
-    decider: Process
-    runner: Process
+    decider: Process | None
+    runner: Process | None
     client: AsyncClient
     db_url: str
 
@@ -52,8 +53,11 @@ class WeftNode:
         log_level: str,
         server_workers: int = 1,
         secured: Secured | None = None,
+        embed: bool = False,
     ) -> WeftNode:
         extra: tuple[str, ...] = ("--workers", str(server_workers)) if server_workers > 1 else ()
+        if embed:
+            extra += ("--embed", "bench.workload", "--embed-concurrency", RUNNER_CONCURRENCY)
         worker_args: list[str] = []
         if secured is not None:
             extra += ("--tls-cert", secured.cert, "--tls-key", secured.key, "--auth")
@@ -63,6 +67,15 @@ class WeftNode:
         )
         server.start()
         await server.wait_serving()
+        client = AsyncClient(
+            server.address,
+            identity="bench-driver",
+            retry=RetryPolicy(),
+            tls=TlsConfig(ca=secured.ca) if secured else None,
+            api_key=secured.driver_key if secured else None,
+        )
+        if embed:
+            return cls(server, None, None, client, db_url)
         common = [*worker_args, "--task-list", TASK_LIST, "bench.workload"]
         decider = weft_worker(
             "decider",
@@ -80,25 +93,20 @@ class WeftNode:
             log_dir,
             log_level,
         ).start()
-        client = AsyncClient(
-            server.address,
-            identity="bench-driver",
-            retry=RetryPolicy(),
-            tls=TlsConfig(ca=secured.ca) if secured else None,
-            api_key=secured.driver_key if secured else None,
-        )
         return cls(server, decider, runner, client, db_url)
 
-    def workers_cpu(self) -> float:
-        return self.decider.cpu() + self.runner.cpu()
+    @property
+    def workers(self) -> tuple[Process, ...]:
+        """The worker processes: none when they run inside the server (`embed`)."""
+        return tuple(p for p in (self.decider, self.runner) if p is not None)
 
     def check_alive(self) -> None:
-        for proc in (self.server, self.decider, self.runner):
+        for proc in (self.server, *self.workers):
             proc.check_alive()
 
     async def stop(self) -> None:
         await self.client.close()
-        for proc in (self.runner, self.decider, self.server):
+        for proc in (*reversed(self.workers), self.server):
             proc.stop()
 
 

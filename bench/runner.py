@@ -30,7 +30,16 @@ from bench.procstat import machine
 from bench.profile import FULL, QUICK, Profile
 from bench.report import render, targets
 from bench.rig import Rig, WeftNode
-from bench.scenarios import dispatch, growth, secured, side_by_side, sqlite, steps, two_nodes
+from bench.scenarios import (
+    dispatch,
+    growth,
+    one_process,
+    secured,
+    side_by_side,
+    sqlite,
+    steps,
+    two_nodes,
+)
 
 RESULTS = REPO / "bench" / "results"
 WEFT_DB, DBOS_DB, APPEND_DB = "weft_bench", "dbos_bench", "bench_append"
@@ -44,6 +53,7 @@ SCENARIOS: dict[str, Scenario] = {
     "sqlite": sqlite.run,
     "two_nodes": two_nodes.run,
     "secured": secured.run,
+    "one_process": one_process.run,
 }
 
 

@@ -7,12 +7,17 @@ import signal
 import sys
 import urllib.parse
 from datetime import timedelta
+from typing import TYPE_CHECKING
 
 import click
 
 from cli.gc_settings import tune_collector
 from cli.params import DURATION
 from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
+
+if TYPE_CHECKING:
+    from orchestrator.server import Server
+    from workers.embedded import EmbeddedWorkers
 
 
 @click.command()
@@ -148,6 +153,24 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
     show_default=True,
     help="a worker silent this long is lost: its started tasks time out (WORKER_LOST)",
 )
+@click.option(
+    "--embed",
+    "embed",
+    envvar="WEFT_EMBED",
+    multiple=True,
+    metavar="MODULE",
+    help="run a decider and an activity runner for MODULE's Decider classes and @activity"
+    " functions inside this process, calling the node without gRPC (repeatable; the"
+    " default namespace)",
+)
+@click.option(
+    "--embed-concurrency",
+    envvar="WEFT_EMBED_CONCURRENCY",
+    type=click.IntRange(min=1),
+    default=None,
+    help="with --embed: tasks each embedded worker runs at once (default: weft decider's"
+    " and weft runner's own)",
+)
 @click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
 def server(
     db_url: str,
@@ -170,6 +193,8 @@ def server(
     node_name: str,
     lease_period: timedelta,
     worker_session_timeout: timedelta,
+    embed: tuple[str, ...],
+    embed_concurrency: int | None,
 ) -> None:
     """Run an orchestrator node."""
     from orchestrator import logging as weft_logging
@@ -185,6 +210,13 @@ def server(
         sys.exit(2)
     _warn_of_a_visible_password(db_url)
     tls = _tls_files(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
+    if embed and auth:
+        click.echo(
+            "weft server: --embed cannot be used with --auth (the embedded workers hold no"
+            " credential): run them as `weft decider` and `weft runner` with an API key",
+            err=True,
+        )
+        sys.exit(2)
     if workers > 1 and not reuse_port:  # (a worker of a supervisor never supervises)
         if not db_url.startswith("postgresql"):
             click.echo("weft server: --workers needs PostgreSQL (SQLite is one node)", err=True)
@@ -205,6 +237,8 @@ def server(
             "WEFT_NODE_NAME": node_name,
             "WEFT_LEASE_PERIOD": f"{lease_period.total_seconds()}s",
             "WEFT_WORKER_SESSION_TIMEOUT": f"{worker_session_timeout.total_seconds()}s",
+            **({"WEFT_EMBED": " ".join(embed)} if embed else {}),
+            **({"WEFT_EMBED_CONCURRENCY": str(embed_concurrency)} if embed_concurrency else {}),
             **tls,
         }
         sys.exit(supervise(settings, workers))
@@ -228,8 +262,10 @@ def server(
         lease_period=lease_period.total_seconds(),
         worker_session_timeout=worker_session_timeout.total_seconds(),
     )
+    node = Server(config)
+    embedded = _embedded(node, embed, embed_concurrency) if embed else None
     try:
-        asyncio.run(_serve(Server(config)))
+        asyncio.run(_serve(node, embedded))
     except KeyboardInterrupt:
         pass
     except Exception as exc:
@@ -254,20 +290,50 @@ def _warn_of_a_visible_password(db_url: str) -> None:
         )
 
 
-async def _serve(node: object) -> None:
-    from orchestrator.server import Server
+def _embedded(node: Server, modules: tuple[str, ...], concurrency: int | None) -> EmbeddedWorkers:
+    """The workers of `--embed`, built before the node opens anything: modules
+    that do not load, or hold nothing to run, are one line and exit 2."""
+    from orchestrator.api.validate import DEFAULT_NAMESPACE
+    from workers import embedded
+    from workers.loader import LoadError
 
-    assert isinstance(node, Server)
+    try:
+        return embedded.build(modules, node.in_process(), DEFAULT_NAMESPACE, concurrency)
+    except (LoadError, ValueError, TypeError) as exc:  # modules, or what they define
+        click.echo(f"weft server: --embed: {exc}", err=True)
+        sys.exit(2)
+
+
+async def _serve(node: Server, embedded: EmbeddedWorkers | None = None) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+
+    def on_signal() -> None:
+        if stop.is_set() and embedded is not None:
+            embedded.hurry()  # a second signal: no grace for their tasks in flight
+        stop.set()
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, stop.set)
+        loop.add_signal_handler(sig, on_signal)
     await node.start()
     tune_collector()
     if node.tls is not None:  # without TLS, SIGHUP keeps its default (exit)
         loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
-    await stop.wait()
+    if embedded is None:
+        await stop.wait()
+        await node.stop()
+        return
+    embedded.start()
+    stopped = asyncio.ensure_future(stop.wait())
+    done, _ = await asyncio.wait([stopped, *embedded.tasks], return_when=asyncio.FIRST_COMPLETED)
+    stopped.cancel()
+    early = [task for task in embedded.tasks if task in done]  # before any signal
+    # The workers first: what they have in flight is answered through the node.
+    await embedded.stop()
     await node.stop()
+    if early:  # a worker that ends on its own is a fault: the process exits 1
+        error = early[0].exception()
+        raise RuntimeError(f"an embedded worker stopped: {error or 'it returned'}")
 
 
 def _tls_files(

@@ -17,6 +17,7 @@ from orchestrator.api import handlers
 from orchestrator.api.admin import AdminService
 from orchestrator.api.doctor import Doctor
 from orchestrator.api.guard import Guard
+from orchestrator.api.in_process import InProcessServices
 from orchestrator.api.service import ServiceSettings, WorkflowService
 from orchestrator.api.tokens import TokenCodec
 from orchestrator.auth.gate import Authenticator, PrincipalLimits
@@ -63,6 +64,7 @@ class Server:
         self._grpc: grpc.aio.Server | None = None
         self._store: Store | None = None
         self._service: WorkflowService | None = None
+        self._admin: AdminService | None = None
         self._scanner: DeadlineScanner | None = None
         self._health = health.aio.HealthServicer()
         self._pollers = PollerSightings()
@@ -115,7 +117,7 @@ class Server:
         )
         parts = (self._wakeups, settings, self.metrics, pollers, self.guard, sessions)
         self._service = WorkflowService(store, tokens, *parts)
-        admin = AdminService(store, tokens, *parts)
+        admin = self._admin = AdminService(store, tokens, *parts)
         # A commit on this node hands its new tasks to polls waiting here.
         store.set_offer(self._service.polls.offer)
         self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
@@ -195,6 +197,16 @@ class Server:
             node=self._membership.node_id,
         )
         return self.port
+
+    def in_process(self) -> InProcessServices:
+        """This node's services for clients in its own process (`--embed`): they
+        may be handed out before `start`, and called after it."""
+        return InProcessServices(self._servicers)
+
+    def _servicers(self) -> tuple[WorkflowService, AdminService]:
+        if self._service is None or self._admin is None:
+            raise RuntimeError("the node has not started")
+        return self._service, self._admin
 
     async def _join(self, store: Store) -> None:
         """Write this node's row (starting), try for the upkeep lease once, and

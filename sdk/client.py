@@ -42,6 +42,7 @@ from sdk.errors import (
     retry_after,
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
+from sdk.in_process import InProcess
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleCalls
 from sdk.tls import TlsConfig, diagnose, looks_like_tls, tls_config
@@ -116,6 +117,7 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         retry: RetryPolicy = DEFAULT_RETRY,
         tls: TlsConfig | bool | None = None,
         api_key: str | None = None,
+        in_process: InProcess | None = None,
     ) -> None:
         self.address = address
         self.api_key = api_key or None
@@ -129,6 +131,9 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         self._stub: sg.WorkflowServiceStub | None = None
         self._admin: ag.AdminServiceStub | None = None
         self._own_connection = False
+        self.in_process = in_process
+        """Set (`weft server --embed`): calls go to the node's services in this
+        process, without gRPC, not to `address`."""
 
     def fork(self) -> AsyncClient:
         """A client like this one on a connection of its own (not shared with
@@ -143,6 +148,7 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
             retry=self.retry,
             tls=self.tls,
             api_key=self.api_key,
+            in_process=self.in_process,
         )
         twin._own_connection = True
         return twin
@@ -564,6 +570,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 await asyncio.sleep(wait)
 
     def _service(self) -> Any:
+        if self.in_process is not None:
+            return self.in_process.workflow
         if self._stub is None:
             options: list[tuple[str, Any]] = [
                 ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
@@ -582,6 +590,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         return self._stub
 
     def _admin_service(self) -> Any:
+        if self.in_process is not None:
+            return self.in_process.admin
         if self._admin is None:
             self._service()  # opens the channel
             assert self._channel is not None

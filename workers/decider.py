@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
 
+from sdk.client import AsyncClient
 from sdk.decider_worker import DeciderWorker, TypeRegistration
 from sdk.tls import TlsConfig
 from workers import process
@@ -41,7 +42,7 @@ class DeciderConfig:
     api_key: str | None = None
 
 
-def build(config: DeciderConfig) -> DeciderWorker:
+def build(config: DeciderConfig, client: AsyncClient | None = None) -> DeciderWorker:
     deciders = deciders_in(load(list(config.modules))) if config.modules else []
     if config.modules and not deciders:
         raise LoadError(f"no Decider subclasses in {', '.join(config.modules)}")
@@ -54,7 +55,8 @@ def build(config: DeciderConfig) -> DeciderWorker:
             "no task list: give --task-list, --definitions, or set task_list on the Decider"
         )
     return DeciderWorker(
-        process.worker_client(
+        client
+        or process.worker_client(
             config.address, config.namespace, config.identity, config.tls, config.api_key
         ),
         deciders=deciders,

@@ -15,6 +15,7 @@ from datetime import timedelta
 
 from sdk.activity import ActivityDefinition
 from sdk.activity_worker import ActivityWorker
+from sdk.client import AsyncClient
 from sdk.tls import TlsConfig
 from workers import builtins, process
 from workers.loader import LoadError, activities_in, load
@@ -39,7 +40,7 @@ class RunnerConfig:
     api_key: str | None = None
 
 
-def build(config: RunnerConfig) -> ActivityWorker:
+def build(config: RunnerConfig, client: AsyncClient | None = None) -> ActivityWorker:
     """The worker for a config; raises LoadError when a module holds nothing to
     run or there is no task list to poll."""
     user = activities_in(load(list(config.modules)))
@@ -49,7 +50,8 @@ def build(config: RunnerConfig) -> ActivityWorker:
     if not lists:
         raise LoadError("no task list: give --task-list, or name one in @activity(task_list=…)")
     return ActivityWorker(
-        process.worker_client(
+        client
+        or process.worker_client(
             config.address, config.namespace, config.identity, config.tls, config.api_key
         ),
         activities=with_builtins(

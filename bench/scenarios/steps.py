@@ -74,6 +74,7 @@ async def run(rig: Rig, log: Any) -> dict[str, Any]:
     if isinstance(started, str):
         return {"skipped": f"weft decider --definitions: {started}"}
     decider = started
+    assert rig.pg.runner is not None  # (the rig's node runs its workers as processes)
     workers = (decider, rig.pg.runner)
 
     async def steps_batch(inflight: int, workflows: int, timed: bool = True) -> dict[str, Any]:

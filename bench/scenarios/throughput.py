@@ -27,9 +27,10 @@ async def weft_batch(
     timed: bool = True,
 ) -> dict[str, Any]:
     """Run one batch; with `timed=False` (warm-up) only run it. `workers` are
-    the decider and runner processes doing the work (default: the node's)."""
+    the decider and runner processes doing the work (default: the node's; none
+    when they run inside its server)."""
     steps = rig.profile.steps
-    workers = workers or (node.decider, node.runner)
+    workers = workers or node.workers
 
     def workers_cpu() -> float:
         return sum(proc.cpu() for proc in workers)

@@ -27,7 +27,7 @@ class MalformedRequest:
     error: str
 
 
-def _lenient(cls: type[Message]) -> Callable[[bytes], Message | MalformedRequest]:
+def lenient(cls: type[Message]) -> Callable[[bytes], Message | MalformedRequest]:
     def parse(data: bytes) -> Message | MalformedRequest:
         try:
             return cls.FromString(data)
@@ -45,7 +45,7 @@ def register(server: grpc.aio.Server, servicer: Any, service: ServiceDescriptor)
         response = message_factory.GetMessageClass(method.output_type)
         handlers[method.name] = grpc.unary_unary_rpc_method_handler(
             getattr(servicer, method.name),
-            request_deserializer=_lenient(request),
+            request_deserializer=lenient(request),
             response_serializer=response.SerializeToString,
         )
     server.add_generic_rpc_handlers(

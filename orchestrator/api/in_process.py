@@ -1,0 +1,133 @@
+"""Calls from this process to the node's own services without gRPC: the
+transport of the workers `weft server --embed MODULE` runs beside the node.
+
+A worker's client (`AsyncClient(in_process=…)`) calls these the way it calls a
+gRPC stub: `await stub.Method(request, timeout=…, metadata=…)`, and a refusal
+arrives as the `grpc.aio.AioRpcError` a remote call would raise, so that the
+SDK's retries and errors work unchanged. Each call goes through the same
+handler as a remote one (`errors.grpc_errors`: validation, the guard, metrics,
+the audit line); what it saves is the HTTP/2 framing, the gRPC core and the
+hops between processes, which cost a worker and the server more than the work
+itself (bench/README.md, "One process").
+
+Requests and responses cross as copies (serialized and parsed, as on the
+wire): a handler may keep a request's parts, and a client may reuse a request
+it sent, so neither may share the other's objects.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+from collections.abc import Awaitable, Callable, Sequence
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
+from google.protobuf.message import Message
+
+from sdk.api.weft.v1 import admin_pb2, service_pb2
+
+from .handlers import lenient
+
+_SERVICES = service_pb2.DESCRIPTOR.services_by_name
+_ADMIN = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
+
+PEER = "in-process"
+"""What a handler's `context.peer()` says of an in-process caller (the poller
+sightings and the audit lines show it)."""
+
+Handler = Callable[[Any, Any], Awaitable[Message]]
+
+
+class _Aborted(grpc.aio.AbortError):
+    """What `abort` raises in a handler: `grpc_errors` lets AbortError through."""
+
+    def __init__(self, code: grpc.StatusCode, details: str, trailers: Sequence[Any]) -> None:
+        super().__init__(details)
+        self.code = code
+        self.details = details
+        self.trailers = tuple(trailers)
+
+
+class _Context:
+    """The parts of `grpc.aio.ServicerContext` Weft's handlers use."""
+
+    def __init__(self, metadata: Sequence[tuple[str, str]] | None) -> None:
+        self._metadata = tuple(metadata or ())
+
+    async def abort(
+        self, code: grpc.StatusCode, details: str = "", trailing_metadata: Sequence[Any] = ()
+    ) -> None:
+        raise _Aborted(code, details, trailing_metadata)
+
+    def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
+        return self._metadata
+
+    def auth_context(self) -> dict[str, list[bytes]]:
+        return {}  # no TLS in between: no certificate to read a principal from
+
+    def peer(self) -> str:
+        return PEER
+
+
+def _status(code: grpc.StatusCode, details: str, trailers: Sequence[Any] = ()) -> Exception:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
+
+
+class _Method:
+    """One unary method, called as a stub's method is."""
+
+    def __init__(self, handler: Handler, method: MethodDescriptor) -> None:
+        self._handler = handler
+        self._parse = lenient(message_factory.GetMessageClass(method.input_type))
+        self._response = message_factory.GetMessageClass(method.output_type)
+
+    async def __call__(
+        self,
+        request: Message,
+        *,
+        timeout: float | None = None,
+        metadata: Sequence[tuple[str, str]] | None = None,
+    ) -> Message:
+        call = self._handler(self._parse(request.SerializeToString()), _Context(metadata))
+        try:
+            response = await (call if timeout is None else asyncio.wait_for(call, timeout))
+        except _Aborted as exc:
+            raise _status(exc.code, exc.details, exc.trailers) from None
+        except TimeoutError:
+            raise _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        return self._response.FromString(response.SerializeToString())
+
+
+class InProcessStub:
+    """A service's methods as attributes, like a generated stub's."""
+
+    def __init__(self, servicer: Any, service: ServiceDescriptor) -> None:
+        self._methods = {m.name: _Method(getattr(servicer, m.name), m) for m in service.methods}
+
+    def __getattr__(self, name: str) -> _Method:
+        if name.startswith("_"):  # (not a method: no lookup of `_methods` itself)
+            raise AttributeError(name)
+        try:
+            return self._methods[name]
+        except KeyError:
+            raise AttributeError(name) from None
+
+
+class InProcessServices:
+    """A node's two services for a client in its process (`sdk.client.InProcess`).
+    Made before the node starts (so that workers are built, and their modules
+    checked, before anything opens); usable once it has."""
+
+    def __init__(self, servicers: Callable[[], tuple[Any, Any]]) -> None:
+        self._servicers = servicers
+
+    @functools.cached_property
+    def workflow(self) -> InProcessStub:
+        return InProcessStub(self._servicers()[0], _SERVICES["WorkflowService"])
+
+    @functools.cached_property
+    def admin(self) -> InProcessStub:
+        return InProcessStub(self._servicers()[1], _ADMIN)

@@ -1,0 +1,46 @@
+"""The workflow of the `weft server --embed` tests, loaded by path: it waits for
+a `go` signal, runs the `stamp` activity on the signal's input (again, up to
+three times, when an attempt fails or times out), and completes with what
+`stamp` returned. An input with `hold` keeps the activity running
+that many seconds first (a task in flight when the process stops)."""
+
+from __future__ import annotations
+
+import asyncio
+from datetime import timedelta
+from typing import Any
+
+from sdk import Decider, DecisionTask, activity
+
+TASK_LIST = "embedded"
+# An attempt started by a process killed with -9 times out (WORKER_LOST): the
+# decider schedules another.
+ATTEMPTS = 3
+
+
+@activity(name="stamp", task_list=TASK_LIST, start_to_close=timedelta(seconds=60))
+async def stamp(item: dict[str, Any]) -> dict[str, Any]:
+    await asyncio.sleep(float(item.get("hold", 0)))
+    return {"stamped": item["value"]}
+
+
+class StampOnSignal(Decider):
+    workflow_type = "embedded-stamp"
+    task_list = TASK_LIST
+    blocking = False
+
+    def decide(self, task: DecisionTask) -> None:
+        go = task.signals("go")
+        if not go:
+            return
+        for attempt in range(ATTEMPTS):
+            act = task.activities.get(f"stamp{attempt}")
+            if act is None:
+                task.schedule_activity(f"stamp{attempt}", stamp, go[0].input)
+                return
+            if act.status == "succeeded":
+                task.complete(act.result)
+                return
+            if act.status not in ("failed", "timed_out", "canceled"):
+                return  # still running
+        task.fail(f"stamp failed {ATTEMPTS} times")
