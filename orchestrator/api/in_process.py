@@ -91,9 +91,12 @@ class _Method:
         timeout: float | None = None,
         metadata: Sequence[tuple[str, str]] | None = None,
     ) -> Message:
-        call = self._handler(self._parse(request.SerializeToString()), _Context(metadata))
         try:
-            response = await (call if timeout is None else asyncio.wait_for(call, timeout))
+            # In the caller's task, as the worker's own await: no task made per call.
+            async with asyncio.timeout(timeout):
+                response = await self._handler(
+                    self._parse(request.SerializeToString()), _Context(metadata)
+                )
         except _Aborted as exc:
             raise _status(exc.code, exc.details, exc.trailers) from None
         except TimeoutError:
