@@ -79,8 +79,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         await batch(max(4, args.workflows // 5), "warm")
         target = {"server": node.server, "decider": node.decider, "runner": node.runner}
         spied = target[args.py_spy] if args.py_spy else None
-        if args.py_spy and spied is None:
-            raise SystemExit(f"bench.hotpath: with --embed the {args.py_spy} is the server")
+        assert spied is not None or not args.py_spy  # (main refused --embed with another)
         spy = _start_py_spy(spied.pid, log_dir) if spied is not None else None
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
@@ -179,8 +178,14 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
         f" {args.workflows} workflows x {args.steps} activities:"
         f" {acts / result['seconds']:.0f} activities/s",
         f"server CPU per activity      {result['cpu'] / acts * 1000:8.2f} ms",
-        f"decider CPU per activity     {result['decider_cpu'] / acts * 1000:8.2f} ms",
-        f"runner CPU per activity      {result['runner_cpu'] / acts * 1000:8.2f} ms",
+        *(
+            ["(the decider and runner run inside the server: --embed)"]
+            if args.embed
+            else [
+                f"decider CPU per activity     {result['decider_cpu'] / acts * 1000:8.2f} ms",
+                f"runner CPU per activity      {result['runner_cpu'] / acts * 1000:8.2f} ms",
+            ]
+        ),
         f"RPCs per activity            {sum(counts.rpcs.values()) / acts:8.2f}",
     ]
     for method, n in sorted(counts.rpcs.items(), key=lambda kv: -kv[1]):
@@ -225,6 +230,8 @@ def main(argv: list[str] | None = None) -> None:
         help="sample this process (default: the server) with py-spy",
     )
     args = parser.parse_args(argv)
+    if args.embed and args.py_spy not in (None, "server"):
+        parser.error(f"with --embed the {args.py_spy} runs inside the server: --py-spy server")
     if args.py_spy:
         _py_spy()  # said before anything starts, not after the warm-up
     with tempfile.TemporaryDirectory(prefix="weft-hotpath-") as tmp:

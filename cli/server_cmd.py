@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import sys
 import urllib.parse
@@ -17,6 +18,7 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
 
 if TYPE_CHECKING:
     from orchestrator.server import Server
+    from sdk.in_process import InProcess
     from workers.embedded import EmbeddedWorkers
 
 
@@ -210,6 +212,9 @@ def server(
         sys.exit(2)
     _warn_of_a_visible_password(db_url)
     tls = _tls_files(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
+    if embed_concurrency and not embed:
+        click.echo("weft server: --embed-concurrency needs --embed", err=True)
+        sys.exit(2)
     if embed and auth:
         click.echo(
             "weft server: --embed cannot be used with --auth (the embedded workers hold no"
@@ -241,6 +246,10 @@ def server(
             **({"WEFT_EMBED_CONCURRENCY": str(embed_concurrency)} if embed_concurrency else {}),
             **tls,
         }
+        if embed:  # here, once: a process that cannot load them would be restarted forever
+            from orchestrator.api.in_process import InProcessServices
+
+            _embedded(InProcessServices(_never_called), embed, embed_concurrency)
         sys.exit(supervise(settings, workers))
     config = ServerConfig(
         db_url=db_url,
@@ -263,15 +272,27 @@ def server(
         worker_session_timeout=worker_session_timeout.total_seconds(),
     )
     node = Server(config)
-    embedded = _embedded(node, embed, embed_concurrency) if embed else None
+    embedded = _embedded(node.in_process(), embed, embed_concurrency) if embed else None
+    code = 0
     try:
-        asyncio.run(_serve(node, embedded))
+        # A process of `--workers N` shares the supervisor's signals (and a
+        # terminal's, and a service manager's): a repeat is not a hurry there.
+        asyncio.run(_serve(node, embedded, hurry_on_repeat=not reuse_port))
     except KeyboardInterrupt:
         pass
     except Exception as exc:
         message = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         click.echo(f"weft server: {message[0] if message else type(exc).__name__}", err=True)
-        sys.exit(1)
+        code = 1
+    if embedded is not None and embedded.abandoned:
+        # As `weft runner` does: a sync task still running in a thread would
+        # hold the interpreter open at exit.
+        click.echo(
+            f"weft server: {embedded.abandoned} embedded task(s) abandoned at the stop",
+            err=True,
+        )
+        os._exit(1)
+    sys.exit(code)
 
 
 def _warn_of_a_visible_password(db_url: str) -> None:
@@ -290,7 +311,9 @@ def _warn_of_a_visible_password(db_url: str) -> None:
         )
 
 
-def _embedded(node: Server, modules: tuple[str, ...], concurrency: int | None) -> EmbeddedWorkers:
+def _embedded(
+    services: InProcess, modules: tuple[str, ...], concurrency: int | None
+) -> EmbeddedWorkers:
     """The workers of `--embed`, built before the node opens anything: modules
     that do not load, or hold nothing to run, are one line and exit 2."""
     from orchestrator.api.validate import DEFAULT_NAMESPACE
@@ -298,23 +321,34 @@ def _embedded(node: Server, modules: tuple[str, ...], concurrency: int | None) -
     from workers.loader import LoadError
 
     try:
-        return embedded.build(modules, node.in_process(), DEFAULT_NAMESPACE, concurrency)
+        return embedded.build(modules, services, DEFAULT_NAMESPACE, concurrency)
     except (LoadError, ValueError, TypeError) as exc:  # modules, or what they define
         click.echo(f"weft server: --embed: {exc}", err=True)
         sys.exit(2)
 
 
-async def _serve(node: Server, embedded: EmbeddedWorkers | None = None) -> None:
+def _never_called() -> tuple[object, object]:
+    raise RuntimeError("the embedded workers of a supervisor are only checked, never run")
+
+
+async def _serve(
+    node: Server, embedded: EmbeddedWorkers | None = None, hurry_on_repeat: bool = True
+) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
+    signals = 0
 
-    def on_signal() -> None:
-        if stop.is_set() and embedded is not None:
-            embedded.hurry()  # a second signal: no grace for their tasks in flight
+    def on_signal(signum: int) -> None:
+        nonlocal signals
+        signals += 1
+        if embedded is not None and hurry_on_repeat and signals == 2:
+            embedded.hurry()  # no grace for the tasks in flight
+        elif embedded is not None and hurry_on_repeat and signals > 2:
+            os._exit(128 + signum)  # a sync task past its grace that never returns
         stop.set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal)
+        loop.add_signal_handler(sig, on_signal, sig)
     await node.start()
     tune_collector()
     if node.tls is not None:  # without TLS, SIGHUP keeps its default (exit)

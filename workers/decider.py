@@ -12,6 +12,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from datetime import timedelta
 from pathlib import Path
+from types import ModuleType
 
 from sdk.client import AsyncClient
 from sdk.decider_worker import DeciderWorker, TypeRegistration
@@ -42,8 +43,16 @@ class DeciderConfig:
     api_key: str | None = None
 
 
-def build(config: DeciderConfig, client: AsyncClient | None = None) -> DeciderWorker:
-    deciders = deciders_in(load(list(config.modules))) if config.modules else []
+def build(
+    config: DeciderConfig,
+    client: AsyncClient | None = None,
+    loaded: list[ModuleType] | None = None,
+) -> DeciderWorker:
+    """The worker for a config (`loaded`: its modules, already imported by the
+    caller); raises LoadError when a module holds no decider or there is no task
+    list to poll."""
+    modules = loaded if loaded is not None else load(list(config.modules))
+    deciders = deciders_in(modules) if config.modules else []
     if config.modules and not deciders:
         raise LoadError(f"no Decider subclasses in {', '.join(config.modules)}")
     steps = load_definitions(config.definitions)

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 import structlog
@@ -52,7 +53,17 @@ class EmbeddedWorkers:
         """Stop polling, finish the tasks in flight within each worker's grace."""
         for worker in self.workers:
             worker.shutdown()
-        await asyncio.gather(*self.tasks, return_exceptions=True)
+        ended = await asyncio.gather(*self.tasks, return_exceptions=True)
+        for worker, outcome in zip(self.workers, ended, strict=True):
+            if isinstance(outcome, BaseException) and not isinstance(
+                outcome, asyncio.CancelledError
+            ):
+                log.error("embedded.failed", kind=worker.kind, error=repr(outcome))
+
+    @property
+    def abandoned(self) -> int:
+        """Tasks still running when the grace ran out (a sync one may never return)."""
+        return sum(worker.abandoned for worker in self.workers)
 
 
 def build(
@@ -62,24 +73,34 @@ def build(
     concurrency: int | None = None,
 ) -> EmbeddedWorkers:
     """A decider if the modules hold `Decider` classes, a runner if they hold
-    `@activity` functions (each running up to `concurrency` tasks at once, or
-    its own default); LoadError if they hold neither."""
-    loaded = load(list(modules))
-    has_deciders, has_activities = bool(deciders_in(loaded)), bool(activities_in(loaded))
-    if not has_deciders and not has_activities:
+    `@activity` functions, each on the task lists they name and running up to
+    `concurrency` tasks at once (or its own default); LoadError if the modules
+    hold neither, or name no task list."""
+    loaded = load(list(modules))  # once: a module given by path runs each time it loads
+    deciders, activities = deciders_in(loaded), activities_in(loaded)
+    if not deciders and not activities:
         raise LoadError(f"no Decider subclasses or @activity functions in {', '.join(modules)}")
     workers: list[Worker] = []
-    if has_deciders:
-        config = decider.DeciderConfig(address="", namespace=namespace, modules=modules)
+    if deciders:
+        lists = _lists(d.task_list for d in deciders)
+        config = decider.DeciderConfig("", namespace, modules, task_lists=lists)
         if concurrency:
             config = dataclasses.replace(config, concurrency=concurrency)
-        workers.append(decider.build(config, _client(services, namespace, "decider")))
-    if has_activities:
-        conf = runner.RunnerConfig(address="", namespace=namespace, modules=modules)
+        workers.append(decider.build(config, _client(services, namespace, "decider"), loaded))
+    if activities:
+        lists = _lists(a.task_list for a in activities)
+        conf = runner.RunnerConfig("", namespace, modules, task_lists=lists)
         if concurrency:
             conf = dataclasses.replace(conf, concurrency=concurrency)
-        workers.append(runner.build(conf, _client(services, namespace, "runner")))
+        workers.append(runner.build(conf, _client(services, namespace, "runner"), loaded))
     return EmbeddedWorkers(workers)
+
+
+def _lists(named: Iterable[str | None]) -> tuple[str, ...]:
+    lists = tuple(sorted({name for name in named if name}))
+    if not lists:
+        raise LoadError("no task list: set task_list on the Decider, or in @activity(task_list=…)")
+    return lists
 
 
 def _client(services: InProcess, namespace: str, kind: str) -> AsyncClient:

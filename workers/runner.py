@@ -12,6 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from datetime import timedelta
+from types import ModuleType
 
 from sdk.activity import ActivityDefinition
 from sdk.activity_worker import ActivityWorker
@@ -40,10 +41,15 @@ class RunnerConfig:
     api_key: str | None = None
 
 
-def build(config: RunnerConfig, client: AsyncClient | None = None) -> ActivityWorker:
-    """The worker for a config; raises LoadError when a module holds nothing to
-    run or there is no task list to poll."""
-    user = activities_in(load(list(config.modules)))
+def build(
+    config: RunnerConfig,
+    client: AsyncClient | None = None,
+    loaded: list[ModuleType] | None = None,
+) -> ActivityWorker:
+    """The worker for a config (`loaded`: its modules, already imported by the
+    caller); raises LoadError when a module holds nothing to run or there is no
+    task list to poll."""
+    user = activities_in(loaded if loaded is not None else load(list(config.modules)))
     if config.modules and not user:
         raise LoadError(f"no @activity functions in {', '.join(config.modules)}")
     lists = config.task_lists or tuple(sorted({a.task_list for a in user if a.task_list}))

@@ -91,16 +91,28 @@ class _Method:
         timeout: float | None = None,
         metadata: Sequence[tuple[str, str]] | None = None,
     ) -> Message:
+        # The handler runs in the caller's task, as the worker's own await: no
+        # task made per call. A handler may finish its write when cancelled (a
+        # write already sent is seen through): the caller's cancellation must
+        # not end there, as it would not over gRPC, where the handler's task is
+        # the server's own.
+        caller = asyncio.current_task()
+        cancelling = caller.cancelling() if caller is not None else 0
+        failure: Exception | None = None
         try:
-            # In the caller's task, as the worker's own await: no task made per call.
             async with asyncio.timeout(timeout):
                 response = await self._handler(
                     self._parse(request.SerializeToString()), _Context(metadata)
                 )
         except _Aborted as exc:
-            raise _status(exc.code, exc.details, exc.trailers) from None
+            failure = _status(exc.code, exc.details, exc.trailers)
         except TimeoutError:
-            raise _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            failure = _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+        if caller is not None and caller.cancelling() > cancelling:
+            # What the handler answered is dropped, as a cancelled gRPC call drops it.
+            raise asyncio.CancelledError
+        if failure is not None:
+            raise failure
         return self._response.FromString(response.SerializeToString())
 
 

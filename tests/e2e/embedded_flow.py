@@ -1,12 +1,14 @@
 """The workflow of the `weft server --embed` tests, loaded by path: it waits for
 a `go` signal, runs the `stamp` activity on the signal's input (again, up to
 three times, when an attempt fails or times out), and completes with what
-`stamp` returned. An input with `hold` keeps the activity running
-that many seconds first (a task in flight when the process stops)."""
+`stamp` returned. An input with `hold` keeps the first attempt running that
+many seconds (a task in flight when the process stops); with `sync`, the
+activity is a sync function, run in the runner's threads."""
 
 from __future__ import annotations
 
 import asyncio
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -18,9 +20,17 @@ TASK_LIST = "embedded"
 ATTEMPTS = 3
 
 
-@activity(name="stamp", task_list=TASK_LIST, start_to_close=timedelta(seconds=60))
+@activity(name="stamp", task_list=TASK_LIST, start_to_close=timedelta(seconds=120))
 async def stamp(item: dict[str, Any]) -> dict[str, Any]:
-    await asyncio.sleep(float(item.get("hold", 0)))
+    if item["attempt"] == 0:
+        await asyncio.sleep(float(item.get("hold", 0)))
+    return {"stamped": item["value"]}
+
+
+@activity(name="stamp-sync", task_list=TASK_LIST, start_to_close=timedelta(seconds=120))
+def stamp_sync(item: dict[str, Any]) -> dict[str, Any]:
+    if item["attempt"] == 0:
+        time.sleep(float(item.get("hold", 0)))
     return {"stamped": item["value"]}
 
 
@@ -33,10 +43,12 @@ class StampOnSignal(Decider):
         go = task.signals("go")
         if not go:
             return
+        item = dict(go[0].input)
         for attempt in range(ATTEMPTS):
             act = task.activities.get(f"stamp{attempt}")
             if act is None:
-                task.schedule_activity(f"stamp{attempt}", stamp, go[0].input)
+                fn = stamp_sync if item.get("sync") else stamp
+                task.schedule_activity(f"stamp{attempt}", fn, {**item, "attempt": attempt})
                 return
             if act.status == "succeeded":
                 task.complete(act.result)

@@ -4,17 +4,23 @@ both databases, driven over gRPC by the SDK like any other node:
 
 - a workflow runs to its end with no worker process, its tasks taken by the
   embedded workers (their identities in the history);
-- a signal acknowledged before a kill -9 of the process is there after the
-  restart, and the run completes;
+- a kill -9 while an activity runs loses nothing acknowledged: after the
+  restart the lost attempt times out, another runs, and the run completes;
 - SIGTERM lets an activity in flight finish and record its result first; a
-  second SIGTERM does not wait for it;
-- modules that hold nothing to run, do not load, or come with `--auth` are one
-  line and exit 2, before the database is opened.
+  second SIGTERM abandons it and exits 1 at once, as `weft runner` does, also
+  when it is a sync one its thread still runs;
+- with `--workers 2`, each process runs its own workers, and a signal sent to
+  the whole process group (a terminal's Ctrl-C) still drains them;
+- what cannot run is one line and exit 2 before the database is opened
+  (modules with nothing to run or that do not load, `--auth`, a concurrency
+  without `--embed`), also under `--workers 2`; a worker that fails at its
+  start stops the server with exit 1.
 """
 
 from __future__ import annotations
 
 import asyncio
+import os
 import signal
 import subprocess
 from collections.abc import AsyncIterator
@@ -24,13 +30,17 @@ from typing import Any
 
 import pytest
 
+from orchestrator.dispatch.sessions import FLUSH_EVERY as SESSIONS_FLUSH_EVERY
 from sdk import AsyncClient
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
 from tests.cli.support import REPO, clean_env
 from tests.helpers import unique, wait_until
 from tests.serverproc import WEFT, ServerProcess, free_port
 
 FLOW = str(Path(__file__).with_name("embedded_flow.py"))
 WORKFLOW = "embedded-stamp"
+RESULT_WAIT = timedelta(seconds=60)
 
 
 @pytest.fixture
@@ -55,58 +65,143 @@ async def start(client: AsyncClient) -> str:
     return workflow_id
 
 
+async def events(client: AsyncClient, workflow_id: str, kind: str) -> list[Any]:
+    return [e for e in await client.history(workflow_id) if e.type == kind]
+
+
 async def identities(client: AsyncClient, workflow_id: str, kind: str) -> list[Any]:
-    return [e.get("identity") for e in await client.history(workflow_id) if e.type == kind]
+    return [e.get("identity") for e in await events(client, workflow_id, kind)]
+
+
+async def started(client: AsyncClient, workflow_id: str, signal_input: dict[str, Any]) -> None:
+    """Signal `go` and wait until the activity has started."""
+    await client.signal(workflow_id, "go", signal_input)
+    await wait_until(lambda: identities(client, workflow_id, "ActivityStarted"))
 
 
 async def test_a_workflow_runs_on_the_embedded_workers(embedded: ServerProcess) -> None:
     async with AsyncClient(embedded.address) as client:
         workflow_id = await start(client)
         await client.signal(workflow_id, "go", {"value": 7})
-        result = await client.result(workflow_id, timeout=timedelta(seconds=30))
-        assert result == {"stamped": 7}
+        assert await client.result(workflow_id, timeout=RESULT_WAIT) == {"stamped": 7}
         deciders = await identities(client, workflow_id, "DeciderStarted")
         runners = await identities(client, workflow_id, "ActivityStarted")
     assert deciders and all(str(i).endswith("/decider") for i in deciders), deciders
     assert runners and all(str(i).endswith("/runner") for i in runners), runners
 
 
-async def test_a_signal_acknowledged_before_kill_9_survives_it(embedded: ServerProcess) -> None:
+async def test_kill_9_mid_activity_loses_nothing_acknowledged(embedded: ServerProcess) -> None:
     async with AsyncClient(embedded.address) as client:
         workflow_id = await start(client)
-        # The activity holds long enough that the kill lands while it runs or
-        # before: either way the signal's answer came after its commit.
-        await client.signal(workflow_id, "go", {"value": "kept", "hold": 0.5})
+        await started(client, workflow_id, {"value": "kept", "hold": 120})
+        # The node notes which session started which run in a batch every
+        # second (orchestrator/dispatch/sessions.py): a kill before that leaves
+        # the attempt to its own timeout, 120 s here.
+        await asyncio.sleep(2 * SESSIONS_FLUSH_EVERY)
         embedded.kill9()
         await embedded.start()
-        # A task the killed process had started comes back at its timeout, and
-        # an activity attempt lost so is scheduled again (embedded_flow).
-        result = await client.result(workflow_id, timeout=timedelta(seconds=60))
-        history = await client.history(workflow_id)
-    assert result == {"stamped": "kept"}
-    signals = [e for e in history if e.type == "Signal"]
-    assert len(signals) == 1 and signals[0].get("input") == {"value": "kept", "hold": 0.5}
+        # The attempt the killed process ran times out (WORKER_LOST), and the
+        # decider of the new process schedules another.
+        assert await client.result(workflow_id, timeout=RESULT_WAIT) == {"stamped": "kept"}
+        signals = await events(client, workflow_id, "Signal")
+        lost = await events(client, workflow_id, "ActivityTimedOut")
+    assert [e.get("input") for e in signals] == [{"value": "kept", "hold": 120}]
+    assert len(lost) == 1, "the killed attempt was not the one that timed out"
 
 
 async def test_sigterm_lets_the_activity_in_flight_finish(embedded: ServerProcess) -> None:
     async with AsyncClient(embedded.address) as client:
         workflow_id = await start(client)
-        await client.signal(workflow_id, "go", {"value": 1, "hold": 1.5})
-        await wait_until(lambda: identities(client, workflow_id, "ActivityStarted"))
+        await started(client, workflow_id, {"value": 1, "hold": 1.5})
         assert await embedded.terminate() == 0, embedded.log_tail()
         await embedded.start()
-        successes = [e for e in await client.history(workflow_id) if e.type == "ActivitySuccess"]
+        successes = await events(client, workflow_id, "ActivitySuccess")
         assert len(successes) == 1, "the activity's result was not recorded before the exit"
         assert successes[0].get("result") == {"stamped": 1}
-        assert await client.result(workflow_id, timeout=timedelta(seconds=30)) == {"stamped": 1}
+        assert await client.result(workflow_id, timeout=RESULT_WAIT) == {"stamped": 1}
 
 
-def refused(tmp_path: Path, *args: str) -> str:
+@pytest.mark.parametrize("sync", [False, True], ids=["async", "sync"])
+async def test_a_second_sigterm_abandons_the_activity_and_exits_1(
+    embedded: ServerProcess, sync: bool
+) -> None:
+    """As `weft runner` does: an async activity is cancelled, a sync one cannot
+    be (its thread would hold the interpreter open); either way the process
+    exits at once with 1."""
+    async with AsyncClient(embedded.address) as client:
+        await started(client, await start(client), {"value": 1, "hold": 60, "sync": sync})
+    proc = embedded.proc
+    assert proc is not None
+    proc.send_signal(signal.SIGTERM)
+    await asyncio.sleep(0.5)  # draining: the activity has 30 s of grace
+    proc.send_signal(signal.SIGTERM)
+    assert await asyncio.to_thread(proc.wait, 15) == 1, embedded.log_tail()
+    assert "1 embedded task(s) abandoned" in embedded.log_path.read_text()
+
+
+async def test_sigterm_while_the_workers_poll_exits_cleanly(embedded: ServerProcess) -> None:
+    async with AsyncClient(embedded.address) as client:
+
+        async def polled() -> bool:
+            kinds = (c.TASK_LIST_KIND_DECISION, c.TASK_LIST_KIND_ACTIVITY)
+            for kind in kinds:
+                resp = await client.rpc(
+                    "DescribeTaskList",
+                    s.DescribeTaskListRequest(namespace="default", task_list="embedded", kind=kind),
+                )
+                if not resp.pollers:
+                    return False
+            return True
+
+        await wait_until(polled)
+    assert await embedded.terminate() == 0, embedded.log_tail()
+
+
+async def test_workers_2_run_embedded_workers_and_drain_on_a_group_signal(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    extra = ("--workers", "2", "--embed", FLOW, "--embed-concurrency", "4")
+    node = ServerProcess(postgres_url, tmp_path, name="embedded-workers", extra_args=extra)
+    await node.start()
+    try:
+        async with AsyncClient(node.address) as client:
+            ids = [await start(client) for _ in range(4)]
+            for n, workflow_id in enumerate(ids):
+                await client.signal(workflow_id, "go", {"value": n})
+            for n, workflow_id in enumerate(ids):
+                assert await client.result(workflow_id, timeout=RESULT_WAIT) == {"stamped": n}
+
+            def worker_lines() -> list[str]:
+                lines = node.log_path.read_text().splitlines()
+                return [line for line in lines if '"worker.started"' in line]
+
+            await wait_until(lambda: _now(len(worker_lines()) == 4))  # a decider, a runner each
+            assert all('"concurrency": 4' in line for line in worker_lines()), worker_lines()
+
+            # A terminal's Ctrl-C reaches the supervisor and its processes at
+            # once, and the supervisor passes it on: not a second signal.
+            held = await start(client)
+            await started(client, held, {"value": "held", "hold": 2})
+            assert node.proc is not None
+            os.killpg(node.proc.pid, signal.SIGINT)
+            assert await asyncio.to_thread(node.proc.wait, 60) == 0, node.log_tail()
+            await node.start()
+            successes = await events(client, held, "ActivitySuccess")
+        assert [e.get("result") for e in successes] == [{"stamped": "held"}]
+    finally:
+        node.stop()
+
+
+async def _now(value: bool) -> bool:
+    return value
+
+
+def refused(tmp_path: Path, *args: str, db_url: str = "") -> str:
     """`weft server ARGS` that must refuse to start: exit 2, one line on stderr,
-    and no database file made."""
+    and (on SQLite) no database file made."""
     db = tmp_path / "never.db"
     done = subprocess.run(
-        [WEFT, "server", "--db", f"sqlite:///{db}", "--listen", f"127.0.0.1:{free_port()}", *args],
+        [WEFT, "server", "--db", db_url or f"sqlite:///{db}", "--listen", _loopback(), *args],
         capture_output=True,
         text=True,
         env=clean_env(),
@@ -121,6 +216,10 @@ def refused(tmp_path: Path, *args: str) -> str:
     return lines[0]
 
 
+def _loopback() -> str:
+    return f"127.0.0.1:{free_port()}"
+
+
 def test_a_module_with_nothing_to_run_is_refused(tmp_path: Path) -> None:
     empty = tmp_path / "nothing_here.py"
     empty.write_text("X = 1\n")
@@ -133,55 +232,41 @@ def test_a_module_that_does_not_load_is_refused(tmp_path: Path) -> None:
     assert line.startswith("weft server: --embed: cannot import no_such_module_anywhere"), line
 
 
+def test_a_module_that_does_not_load_is_refused_by_a_supervisor(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    args = ("--workers", "2", "--embed", "no_such_module_anywhere")
+    line = refused(tmp_path, *args, db_url=postgres_url)
+    assert line.startswith("weft server: --embed: cannot import no_such_module_anywhere"), line
+
+
 def test_embed_with_auth_is_refused(tmp_path: Path) -> None:
     line = refused(tmp_path, "--embed", FLOW, "--auth")
     assert "--embed cannot be used with --auth" in line, line
 
 
-async def test_a_second_sigterm_does_not_wait_for_the_activity(embedded: ServerProcess) -> None:
-    async with AsyncClient(embedded.address) as client:
-        workflow_id = await start(client)
-        await client.signal(workflow_id, "go", {"value": 1, "hold": 60})
-        await wait_until(lambda: identities(client, workflow_id, "ActivityStarted"))
-    proc = embedded.proc
-    assert proc is not None
-    proc.send_signal(signal.SIGTERM)
-    await asyncio.sleep(0.5)  # draining: the activity has 30 s of grace
-    proc.send_signal(signal.SIGTERM)
-    assert await asyncio.to_thread(proc.wait, 15) == 0, embedded.log_tail()
+def test_a_concurrency_without_embed_is_refused(tmp_path: Path) -> None:
+    line = refused(tmp_path, "--embed-concurrency", "4")
+    assert line == "weft server: --embed-concurrency needs --embed", line
 
 
-async def test_sigterm_before_any_work_exits_cleanly(embedded: ServerProcess) -> None:
-    await asyncio.sleep(0.2)  # the workers' first polls are waiting
-    assert await embedded.terminate() == 0, embedded.log_tail()
-
-
-async def test_each_process_of_workers_2_runs_its_own_embedded_workers(
-    postgres_url: str, tmp_path: Path
-) -> None:
-    extra = ("--workers", "2", "--embed", FLOW, "--embed-concurrency", "4")
-    node = ServerProcess(postgres_url, tmp_path, name="embedded-workers", extra_args=extra)
+async def test_a_worker_that_fails_at_its_start_stops_the_server(tmp_path: Path) -> None:
+    module = tmp_path / "long_type.py"
+    module.write_text(
+        "from sdk import Decider\n\n\n"
+        "class TooLong(Decider):\n"
+        f"    workflow_type = {'x' * 300!r}\n"
+        "    task_list = 'embedded'\n\n"
+        "    def decide(self, task):\n"
+        "        pass\n"
+    )
+    node = ServerProcess(
+        f"sqlite:///{tmp_path}/w.db", tmp_path, extra_args=("--embed", str(module))
+    )
     await node.start()
     try:
-        async with AsyncClient(node.address) as client:
-            ids = [await start(client) for _ in range(4)]
-            for n, workflow_id in enumerate(ids):
-                await client.signal(workflow_id, "go", {"value": n})
-            for n, workflow_id in enumerate(ids):
-                assert await client.result(workflow_id, timeout=timedelta(seconds=30)) == {
-                    "stamped": n
-                }
-
-        def started() -> list[str]:
-            lines = node.log_path.read_text().splitlines()
-            return [line for line in lines if '"worker.started"' in line]
-
-        await wait_until(lambda: _now(len(started()) == 4))  # a decider and a runner each
-        assert all('"concurrency": 4' in line for line in started()), started()
-        assert await node.terminate() == 0, node.log_tail()
+        assert node.proc is not None
+        assert await asyncio.to_thread(node.proc.wait, 30) == 1, node.log_tail()
+        assert "weft server: an embedded worker stopped:" in node.log_path.read_text()
     finally:
         node.stop()
-
-
-async def _now(value: bool) -> bool:
-    return value

@@ -1,15 +1,21 @@
 """Calls to a node from its own process (`Server.in_process()`, the transport of
 `weft server --embed`) behave as the same calls over gRPC: the same refusals
 with the same codes, the guard in front, a timed-out poll that takes nothing
-with it. A real node on both databases, its gRPC port used for comparison."""
+with it, and a cancelled caller cancelled even when its handler finishes. A real
+node on both databases, its gRPC port used for comparison; a stand-in servicer
+for the cancellations."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 from collections.abc import AsyncIterator
+from typing import Any
 
 import grpc
 import pytest
 
+from orchestrator.api.in_process import InProcessStub
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from sdk import AsyncClient
@@ -64,6 +70,7 @@ async def test_a_poll_past_its_deadline_takes_no_task_with_it(server: Server) ->
     async with AsyncClient("in-process", in_process=server.in_process()) as client:
         run = await client.start_workflow("t", None, task_list=task_list)
     task = await local.PollForDecisionTask(poll, timeout=10)
+    assert isinstance(task, s.PollForDecisionTaskResponse)
     assert task.workflow_execution.run_id == run.run_id, "the expired poll took the task"
 
 
@@ -85,3 +92,48 @@ async def test_an_in_process_call_passes_the_guard(auth_server: Server) -> None:
     async with AsyncClient("in-process", in_process=auth_server.in_process()) as client:
         with pytest.raises(UnauthenticatedError):
             await client.describe(unique("any"))
+
+
+class Stubborn:
+    """Every method a handler that, cancelled, finishes anyway (as the store sees
+    a write it already sent through)."""
+
+    def __init__(self) -> None:
+        self.entered = asyncio.Event()
+        self.finished = False
+
+    def __getattr__(self, name: str) -> Any:
+        async def handler(request: Any, context: Any) -> s.DescribeWorkflowResponse:
+            self.entered.set()
+            with contextlib.suppress(asyncio.CancelledError):
+                await asyncio.sleep(10)
+            self.finished = True
+            return s.DescribeWorkflowResponse()
+
+        return handler
+
+
+def stubborn_stub(servicer: Stubborn) -> InProcessStub:
+    return InProcessStub(servicer, s.DESCRIPTOR.services_by_name["WorkflowService"])
+
+
+async def test_a_cancelled_caller_stays_cancelled_when_the_handler_finishes() -> None:
+    servicer = Stubborn()
+    call = asyncio.create_task(
+        stubborn_stub(servicer).DescribeWorkflow(s.DescribeWorkflowRequest(namespace="default"))
+    )
+    await servicer.entered.wait()
+    call.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await call
+    assert servicer.finished  # (the handler did go on: its answer was dropped)
+
+
+async def test_a_deadline_the_handler_outlives_leaves_the_caller_uncancelled() -> None:
+    servicer = Stubborn()
+    request = s.DescribeWorkflowRequest(namespace="default")
+    response = await stubborn_stub(servicer).DescribeWorkflow(request, timeout=0.05)
+    assert isinstance(response, s.DescribeWorkflowResponse)
+    me = asyncio.current_task()
+    assert me is not None and me.cancelling() == 0
+    await asyncio.sleep(0)  # and nothing is left to cancel this task later
