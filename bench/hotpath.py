@@ -6,7 +6,8 @@
     .venv/bin/python -m bench.hotpath --embed           # one process: weft server --embed
 
 Starts `weft server` with a `weft decider` and a `weft runner` on
-`bench.workload` (as `make bench` does, on a database of its own), runs a
+`bench.workload` (as `make bench` does, on a database of its own; with
+`--embed`, one `weft server --embed bench.workload` instead), runs a
 warm-up batch, then a timed batch of the `bench-chain` workflow, and prints per
 completed activity: the server's CPU, the RPCs it answered (by method), the SQL
 statements it sent and the transactions it committed (its own counters), and on

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import sys
 import urllib.parse
+from collections.abc import Iterator
 from datetime import timedelta
 from typing import TYPE_CHECKING
 
@@ -247,9 +249,7 @@ def server(
             **tls,
         }
         if embed:  # here, once: a process that cannot load them would be restarted forever
-            from orchestrator.api.in_process import InProcessServices
-
-            _embedded(InProcessServices(_never_called), embed, embed_concurrency)
+            _check_embedded(embed, embed_concurrency)
         sys.exit(supervise(settings, workers))
     config = ServerConfig(
         db_url=db_url,
@@ -314,21 +314,38 @@ def _warn_of_a_visible_password(db_url: str) -> None:
 def _embedded(
     services: InProcess, modules: tuple[str, ...], concurrency: int | None
 ) -> EmbeddedWorkers:
-    """The workers of `--embed`, built before the node opens anything: modules
-    that do not load, or hold nothing to run, are one line and exit 2."""
+    """The workers of `--embed`, built before the node opens anything."""
+    from orchestrator.api.validate import DEFAULT_NAMESPACE
+    from workers import embedded
+
+    with _refused_as_usage():
+        return embedded.build(modules, services, DEFAULT_NAMESPACE, concurrency)
+
+
+def _check_embedded(modules: tuple[str, ...], concurrency: int | None) -> None:
+    """`_embedded`'s refusals, for a supervisor, whose processes get the modules
+    in WEFT_EMBED: split on whitespace, so a name may hold none."""
     from orchestrator.api.validate import DEFAULT_NAMESPACE
     from workers import embedded
     from workers.loader import LoadError
 
+    with _refused_as_usage():
+        spaced = [m for m in modules if len(m.split()) != 1]
+        if spaced:
+            raise LoadError(f"{spaced[0]!r}: with --workers, a module may not hold spaces")
+        embedded.check(modules, DEFAULT_NAMESPACE, concurrency)
+
+
+@contextlib.contextmanager
+def _refused_as_usage() -> Iterator[None]:
+    """Modules that do not load, or hold nothing to run: one line and exit 2."""
+    from workers.loader import LoadError
+
     try:
-        return embedded.build(modules, services, DEFAULT_NAMESPACE, concurrency)
+        yield
     except (LoadError, ValueError, TypeError) as exc:  # modules, or what they define
         click.echo(f"weft server: --embed: {exc}", err=True)
         sys.exit(2)
-
-
-def _never_called() -> tuple[object, object]:
-    raise RuntimeError("the embedded workers of a supervisor are only checked, never run")
 
 
 async def _serve(
@@ -341,11 +358,13 @@ async def _serve(
     def on_signal(signum: int) -> None:
         nonlocal signals
         signals += 1
-        if embedded is not None and hurry_on_repeat and signals == 2:
-            embedded.hurry()  # no grace for the tasks in flight
-        elif embedded is not None and hurry_on_repeat and signals > 2:
-            os._exit(128 + signum)  # a sync task past its grace that never returns
         stop.set()
+        if embedded is None or not hurry_on_repeat:
+            return
+        if signals == 2:
+            embedded.hurry()  # no grace for the tasks in flight
+        elif signals > 2:
+            os._exit(128 + signum)  # a sync task past its grace that never returns
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
@@ -357,6 +376,9 @@ async def _serve(
         await stop.wait()
         await node.stop()
         return
+    if stop.is_set():  # a signal while the node started: no worker to start
+        await node.stop()
+        return
     embedded.start()
     stopped = asyncio.ensure_future(stop.wait())
     done, _ = await asyncio.wait([stopped, *embedded.tasks], return_when=asyncio.FIRST_COMPLETED)
@@ -366,7 +388,7 @@ async def _serve(
     await embedded.stop()
     await node.stop()
     if early:  # a worker that ends on its own is a fault: the process exits 1
-        error = early[0].exception()
+        error = None if early[0].cancelled() else early[0].exception()
         raise RuntimeError(f"an embedded worker stopped: {error or 'it returned'}")
 
 

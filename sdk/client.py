@@ -137,9 +137,10 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
 
     def fork(self) -> AsyncClient:
         """A client like this one on a connection of its own (not shared with
-        other channels to the address). A server of several processes on one port
-        (`weft server --workers N`) gets each connection in one of them: workers
-        poll through a few of these, so their polls wait in every process."""
+        other channels to the address; in process, the same services). A server
+        of several processes on one port (`weft server --workers N`) gets each
+        connection in one of them: workers poll through a few of these, so their
+        polls wait in every process."""
         twin = AsyncClient(
             self.address,
             namespace=self.namespace,

@@ -65,7 +65,8 @@ def build(
         )
     return DeciderWorker(
         client
-        or process.worker_client(
+        if client is not None
+        else process.worker_client(
             config.address, config.namespace, config.identity, config.tls, config.api_key
         ),
         deciders=deciders,

@@ -15,8 +15,8 @@ from __future__ import annotations
 
 import asyncio
 import dataclasses
-from collections.abc import Iterable
 from dataclasses import dataclass, field
+from typing import Any
 
 import structlog
 
@@ -45,7 +45,8 @@ class EmbeddedWorkers:
             log.info("embedded.started", kind=worker.kind, task_lists=worker.task_lists)
 
     def hurry(self) -> None:
-        """Cancel the tasks in flight now instead of at the end of the grace period."""
+        """With `stop`, before or after it: cancel the tasks in flight now instead
+        of at the end of the grace period."""
         for worker in self.workers:
             worker.shutdown()  # (a second call skips the grace)
 
@@ -54,7 +55,8 @@ class EmbeddedWorkers:
         for worker in self.workers:
             worker.shutdown()
         ended = await asyncio.gather(*self.tasks, return_exceptions=True)
-        for worker, outcome in zip(self.workers, ended, strict=True):
+        # (`ended` is empty when the workers never started)
+        for worker, outcome in zip(self.workers, ended, strict=False):
             if isinstance(outcome, BaseException) and not isinstance(
                 outcome, asyncio.CancelledError
             ):
@@ -76,31 +78,36 @@ def build(
     `@activity` functions, each on the task lists they name and running up to
     `concurrency` tasks at once (or its own default); LoadError if the modules
     hold neither, or name no task list."""
-    loaded = load(list(modules))  # once: a module given by path runs each time it loads
+    # Once, and each module once: a module given by path runs each time it loads.
+    loaded = load(list(dict.fromkeys(modules)))
     deciders, activities = deciders_in(loaded), activities_in(loaded)
     if not deciders and not activities:
         raise LoadError(f"no Decider subclasses or @activity functions in {', '.join(modules)}")
     workers: list[Worker] = []
+    decider_lists = tuple(sorted({d.task_list for d in deciders if d.task_list}))
     if deciders:
-        lists = _lists(d.task_list for d in deciders)
-        config = decider.DeciderConfig("", namespace, modules, task_lists=lists)
+        if not decider_lists:
+            raise LoadError("no task list: set task_list on the Decider classes")
+        config = decider.DeciderConfig("", namespace, modules, task_lists=decider_lists)
         if concurrency:
             config = dataclasses.replace(config, concurrency=concurrency)
         workers.append(decider.build(config, _client(services, namespace, "decider"), loaded))
     if activities:
-        lists = _lists(a.task_list for a in activities)
+        # An activity that names no list is scheduled on its workflow's: the
+        # lists the deciders poll.
+        unnamed = any(not a.task_list for a in activities)
+        named = {a.task_list for a in activities if a.task_list}
+        lists = tuple(sorted(named | set(decider_lists if unnamed else ())))
+        if not lists:
+            raise LoadError(
+                "no task list: name one in @activity(task_list=…), or set task_list on a"
+                " Decider in the modules"
+            )
         conf = runner.RunnerConfig("", namespace, modules, task_lists=lists)
         if concurrency:
             conf = dataclasses.replace(conf, concurrency=concurrency)
         workers.append(runner.build(conf, _client(services, namespace, "runner"), loaded))
     return EmbeddedWorkers(workers)
-
-
-def _lists(named: Iterable[str | None]) -> tuple[str, ...]:
-    lists = tuple(sorted({name for name in named if name}))
-    if not lists:
-        raise LoadError("no task list: set task_list on the Decider, or in @activity(task_list=…)")
-    return lists
 
 
 def _client(services: InProcess, namespace: str, kind: str) -> AsyncClient:
@@ -111,3 +118,22 @@ def _client(services: InProcess, namespace: str, kind: str) -> AsyncClient:
         retry=WORKER_RETRY,
         in_process=services,
     )
+
+
+def check(modules: tuple[str, ...], namespace: str, concurrency: int | None = None) -> None:
+    """Raise what `build` would (LoadError, ValueError), building nothing that
+    runs: a supervisor's check before it starts the processes that run them."""
+    build(modules, _NOT_RUN, namespace, concurrency)
+
+
+class _NotRun:
+    """The services of workers that are only checked: never called."""
+
+    @property
+    def workflow(self) -> Any:
+        raise RuntimeError("workers built by check() do not run")
+
+    admin = workflow
+
+
+_NOT_RUN = _NotRun()

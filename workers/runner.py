@@ -57,7 +57,8 @@ def build(
         raise LoadError("no task list: give --task-list, or name one in @activity(task_list=…)")
     return ActivityWorker(
         client
-        or process.worker_client(
+        if client is not None
+        else process.worker_client(
             config.address, config.namespace, config.identity, config.tls, config.api_key
         ),
         activities=with_builtins(

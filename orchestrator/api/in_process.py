@@ -13,6 +13,11 @@ itself (bench/README.md, "One process").
 Requests and responses cross as copies (serialized and parsed, as on the
 wire): a handler may keep a request's parts, and a client may reuse a request
 it sent, so neither may share the other's objects.
+
+One difference from gRPC remains: the handler runs in the caller's task, so a
+handler that sees a write through when its deadline passes (the store does)
+holds its caller until the write is done, and the caller then gets its answer,
+where a gRPC caller would get DEADLINE_EXCEEDED on time and never learn it.
 """
 
 from __future__ import annotations
@@ -20,7 +25,7 @@ from __future__ import annotations
 import asyncio
 import functools
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import Any, NoReturn
 
 import grpc
 from google.protobuf import message_factory
@@ -59,7 +64,7 @@ class _Context:
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: Sequence[Any] = ()
-    ) -> None:
+    ) -> NoReturn:
         raise _Aborted(code, details, trailing_metadata)
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
@@ -72,7 +77,9 @@ class _Context:
         return PEER
 
 
-def _status(code: grpc.StatusCode, details: str, trailers: Sequence[Any] = ()) -> Exception:
+def _status(
+    code: grpc.StatusCode, details: str, trailers: Sequence[Any] = ()
+) -> grpc.aio.AioRpcError:
     return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
 
 
