@@ -16,6 +16,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
 
+from orchestrator.counting import holding
 from orchestrator.engine.errors import RateLimited, ResourceExhausted, Unauthenticated
 from orchestrator.store.credentials import KEY, CredentialRow, Credentials
 
@@ -213,12 +214,5 @@ class PrincipalLimits:
                 f"{principal} already has {waiting} polls waiting (the limit); "
                 "use fewer pollers or ask for a higher --max-polls-per-principal"
             )
-        self._polls[principal] = waiting + 1
-        try:
+        with holding(self._polls, principal):
             yield
-        finally:
-            left = self._polls[principal] - 1
-            if left:
-                self._polls[principal] = left
-            else:
-                del self._polls[principal]

@@ -32,6 +32,8 @@ from collections.abc import Callable, Hashable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
+from orchestrator.counting import holding
+
 _PREFER_WITHIN = 64
 # How long a list found empty is believed empty without a wake-up. Wake-ups are
 # reliable (commits on this node, NOTIFY from others, everything after a lost
@@ -87,15 +89,11 @@ class Wakeups:
     def following(self, key: Hashable) -> Iterator[None]:
         """A follower of `key` while inside: the key's event is dropped when the
         last one leaves (a read that never waited must not leave it behind)."""
-        self._followers[key] = self._followers.get(key, 0) + 1
         try:
-            yield
+            with holding(self._followers, key):
+                yield
         finally:
-            left = self._followers[key] - 1
-            if left:
-                self._followers[key] = left
-            else:
-                del self._followers[key]
+            if key not in self._followers:
                 self._events.pop(key, None)
 
     def followed(self) -> int:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 
+from orchestrator.counting import holding
 from orchestrator.engine.state import RunState
 from sdk.api.weft.v1 import history_pb2 as h
 
@@ -150,16 +151,12 @@ class RunCache:
         lock = self._locks.get(run_id)
         if lock is None:
             lock = self._locks[run_id] = asyncio.Lock()
-        self._holders[run_id] = self._holders.get(run_id, 0) + 1
         try:
-            async with lock:
-                yield
+            with holding(self._holders, run_id):
+                async with lock:
+                    yield
         finally:
-            left = self._holders[run_id] - 1
-            if left:
-                self._holders[run_id] = left
-            else:  # nobody holds or waits: forget the lock
-                del self._holders[run_id]
+            if run_id not in self._holders:  # nobody holds or waits: forget the lock
                 del self._locks[run_id]
 
     def busy(self, run_id: str) -> bool:
