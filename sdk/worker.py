@@ -150,6 +150,8 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
+        # Answers with a poll folded in, in flight: a stop cuts them short.
+        self._folded_calls: set[asyncio.Future[Any]] = set()
         self._background: asyncio.Future[None] | None = None
         self._running: concurrent.futures.Future[None] | None = None
         self._started = threading.Event()
@@ -256,6 +258,8 @@ class Worker:
         if self._stop.is_set():
             self._force.set()
         self._stop.set()
+        for call in self._folded_calls:
+            call.cancel()
 
     async def _drain(self, in_flight: set[asyncio.Task[None]]) -> None:
         if not in_flight:
@@ -381,21 +385,24 @@ class Worker:
         cannot send it again raises `AnswerUnconfirmedError`.
         """
         assert self._stop is not None
+        # The call is a task of its own that a stop cancels (`_request_stop`),
+        # not raced against the stop: one task per answer, not three.
         call = asyncio.ensure_future(
             lane.connection.rpc(method, req, timeout=POLL_TIMEOUT, retried=False)
         )
-        stopping = asyncio.ensure_future(self._stop.wait())
+        self._folded_calls.add(call)
+        failure: BaseException | None = None
         try:
-            await asyncio.wait({call, stopping}, return_when=asyncio.FIRST_COMPLETED)
-        finally:
-            stopping.cancel()
-            if not call.done():
-                call.cancel()
-                await asyncio.gather(call, return_exceptions=True)
-        failure = None if call.cancelled() else call.exception()
-        if not call.cancelled() and failure is None:
-            folded: R = call.result()
+            folded: R = await call
             return folded
+        except asyncio.CancelledError:
+            current = asyncio.current_task()
+            if not call.cancelled() or (current is not None and current.cancelling()):
+                raise  # this lane was cancelled (the cancel reached the call through it)
+        except Exception as exc:
+            failure = exc
+        finally:
+            self._folded_calls.discard(call)
         if isinstance(failure, (NotFoundError, FailedPreconditionError)):
             raise failure
         req.ClearField("next_poll")
