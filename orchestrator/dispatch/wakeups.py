@@ -255,6 +255,22 @@ async def wait(event: asyncio.Event, timeout: float) -> bool:
 async def wait_ticket(ticket: asyncio.Future[Any], timeout: float) -> bool:
     """True if woken, False on timeout. The ticket itself is never cancelled, so a
     wake-up that lands as the timeout fires is still seen by the caller."""
-    if timeout > 0 and not ticket.done():
-        await asyncio.wait([ticket], timeout=timeout)
+    if timeout <= 0 or ticket.done():
+        return ticket.done()
+    # What `asyncio.wait([ticket], timeout=…)` does, without its sets, its
+    # coroutine and its checks: a parked poll pays this once per task it gets.
+    loop = asyncio.get_running_loop()
+    waiter: asyncio.Future[None] = loop.create_future()
+
+    def wake(_: object = None) -> None:
+        if not waiter.done():
+            waiter.set_result(None)
+
+    timer = loop.call_later(timeout, wake)
+    ticket.add_done_callback(wake)
+    try:
+        await waiter  # (a cancelled caller cancels the waiter, never the ticket)
+    finally:
+        timer.cancel()
+        ticket.remove_done_callback(wake)
     return ticket.done()

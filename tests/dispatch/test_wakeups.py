@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import time
 
 import pytest
@@ -67,6 +68,23 @@ async def test_wait_ticket_reports_a_timeout_and_a_wake_up() -> None:
     ticket = wakeups.ticket(KEY)
     assert await wait_ticket(ticket, 0.01) is False
     wakeups.wake_pollers(KEY)
+    assert await wait_ticket(ticket, 5.0) is True
+
+
+async def test_a_cancelled_wait_leaves_the_ticket_and_its_callbacks_alone() -> None:
+    # The ticket is the poll's place in the queue: cancelling the poll's wait
+    # must not cancel it (a hand-off landing then is still seen), nor leave a
+    # callback of the finished wait on it.
+    wakeups = Wakeups()
+    ticket = wakeups.ticket(KEY)
+    waiting = asyncio.create_task(wait_ticket(ticket, 5.0))
+    await asyncio.sleep(0)
+    waiting.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await waiting
+    assert not ticket.done()
+    wakeups.wake_pollers(KEY)
+    assert ticket.done() and not ticket.cancelled()
     assert await wait_ticket(ticket, 5.0) is True
 
 
