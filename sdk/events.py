@@ -15,6 +15,7 @@ from typing import Any
 
 from google.protobuf.message import Message
 
+from sdk import stamps
 from sdk.api.weft.v1 import history_pb2 as h
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter, PayloadDecodeError
 
@@ -116,7 +117,7 @@ def event_from_proto(
         attrs = message_to_dict(getattr(msg, kind), converter, strict=strict) if kind else {}
     except PayloadDecodeError as exc:
         raise PayloadDecodeError(f"event {msg.event_id} ({msg.type}): {exc}") from None
-    stamp = msg.timestamp.ToDatetime(tzinfo=UTC)
+    stamp = stamps.to_datetime(msg.timestamp)
     return Event(msg.event_id, msg.type, stamp, attrs, msg.principal)
 
 
@@ -150,5 +151,5 @@ def _value(fd: Any, value: Any, converter: PayloadConverter, strict: bool) -> An
     if kind == "google.protobuf.Duration":
         return value.ToTimedelta().total_seconds()
     if kind == "google.protobuf.Timestamp":
-        return rfc3339(value.ToDatetime(tzinfo=UTC))
+        return rfc3339(stamps.to_datetime(value))
     return message_to_dict(value, converter, strict=strict)

@@ -21,6 +21,7 @@ from orchestrator.engine.limits import Defaults, Limits
 from orchestrator.metrics import Metrics
 from orchestrator.store.cache import MAX_TAIL_BYTES
 from orchestrator.store.store import RunRow, Store
+from sdk import stamps
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 
@@ -67,7 +68,7 @@ def timestamp(at: datetime | float | None) -> Timestamp:
     stamp = Timestamp()
     if at is None or at == 0:
         return stamp
-    stamp.FromDatetime(at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC))
+    stamps.set_datetime(stamp, at if isinstance(at, datetime) else datetime.fromtimestamp(at, UTC))
     return stamp
 
 

@@ -13,6 +13,7 @@ from datetime import UTC, datetime
 from google.protobuf.duration_pb2 import Duration
 from google.protobuf.message import Message
 
+from sdk import stamps
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
@@ -123,7 +124,7 @@ def _set_retention(state: RunState, details: c.Payload) -> None:
 def make_event(event_id: int, now: datetime, attributes: Message) -> h.HistoryEvent:
     field_name, type_name = _BY_MESSAGE[attributes.DESCRIPTOR.name]
     event = h.HistoryEvent(event_id=event_id, type=type_name)
-    event.timestamp.FromDatetime(now)
+    stamps.set_datetime(event.timestamp, now)
     getattr(event, field_name).CopyFrom(attributes)
     return event
 
@@ -136,7 +137,7 @@ def attributes_of(event: h.HistoryEvent) -> Message:
 
 
 def epoch(event: h.HistoryEvent) -> float:
-    return event.timestamp.ToDatetime(tzinfo=UTC).timestamp()
+    return stamps.to_epoch(event.timestamp)
 
 
 def _seconds(duration: Duration) -> float:
