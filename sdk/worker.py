@@ -150,8 +150,9 @@ class Worker:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stop: asyncio.Event | None = None
         self._force: asyncio.Event | None = None
-        # Answers with a poll folded in, in flight: a stop cuts them short.
-        self._folded_calls: set[asyncio.Future[Any]] = set()
+        # The lanes' tasks in an answer with a poll folded in, and whether a
+        # stop has cut that call short (`_answer_folded`).
+        self._folding: dict[asyncio.Task[Any], bool] = {}
         self._background: asyncio.Future[None] | None = None
         self._running: concurrent.futures.Future[None] | None = None
         self._started = threading.Event()
@@ -258,8 +259,9 @@ class Worker:
         if self._stop.is_set():
             self._force.set()
         self._stop.set()
-        for call in self._folded_calls:
-            call.cancel()
+        for lane_task in self._folding:
+            self._folding[lane_task] = True
+            lane_task.cancel()
 
     async def _drain(self, in_flight: set[asyncio.Task[None]]) -> None:
         if not in_flight:
@@ -385,24 +387,27 @@ class Worker:
         cannot send it again raises `AnswerUnconfirmedError`.
         """
         assert self._stop is not None
-        # The call is a task of its own that a stop cancels (`_request_stop`),
-        # not raced against the stop: one task per answer, not three.
-        call = asyncio.ensure_future(
-            lane.connection.rpc(method, req, timeout=POLL_TIMEOUT, retried=False)
-        )
-        self._folded_calls.add(call)
+        # The call runs in the lane's own task: a stop cancels that task while
+        # the call is in flight (`_request_stop`), and the cancellation is
+        # taken back here. (A task of its own per call, raced against the stop,
+        # cost three tasks per answer.)
+        lane_task = asyncio.current_task()
+        assert lane_task is not None
+        self._folding[lane_task] = False
         failure: BaseException | None = None
         try:
-            folded: R = await call
-            return folded
+            folded: R = await lane.connection.rpc(method, req, timeout=POLL_TIMEOUT, retried=False)
         except asyncio.CancelledError:
-            current = asyncio.current_task()
-            if not call.cancelled() or (current is not None and current.cancelling()):
-                raise  # this lane was cancelled (the cancel reached the call through it)
+            if not self._folding.pop(lane_task) or lane_task.uncancel() > 0:
+                raise  # the lane itself was cancelled
         except Exception as exc:
             failure = exc
+        else:
+            if self._folding.pop(lane_task):
+                lane_task.uncancel()  # (the call took the stop's cancellation and finished)
+            return folded
         finally:
-            self._folded_calls.discard(call)
+            self._folding.pop(lane_task, None)
         if isinstance(failure, (NotFoundError, FailedPreconditionError)):
             raise failure
         req.ClearField("next_poll")
