@@ -4,8 +4,9 @@ they stay true: each folder one process or one library, imports only downward.
 - `orchestrator/` (the server) imports neither `workers/`, `webui/` nor `cli/`;
   `workers/` and `webui/` do not import `cli/`; nothing imports `cli/`.
 - Its engine imports nothing of the SDK but the wire: the generated protobuf
-  modules and the two grammars client and server share (`sdk.durations`,
-  `sdk.retention`), which import nothing else of the project. (A rule about the
+  modules, the two grammars client and server share (`sdk.durations`,
+  `sdk.retention`) and the protobuf timestamps' conversions (`sdk.stamps`),
+  which import nothing else of the project. (A rule about the
   source: Python still runs `sdk/__init__` when it loads them.)
 
 Only static imports are seen (an `importlib` call is not), and only in the
@@ -141,7 +142,7 @@ def test_imports_go_only_downward() -> None:
 
 # What the server's engine may use of the SDK: the wire itself, modules that
 # import nothing else of the project (Python still runs `sdk/__init__` first).
-WIRE = frozenset({"sdk.api", "sdk.durations", "sdk.retention"})
+WIRE = frozenset({"sdk.api", "sdk.durations", "sdk.retention", "sdk.stamps"})
 
 
 def test_the_engine_uses_only_the_wire_of_the_sdk() -> None:
