@@ -9,6 +9,7 @@ command line loads back with `events_from_json` (golden-history tests).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
@@ -133,23 +134,40 @@ def message_to_dict(
     """A protobuf message as JSON-ready Python values (see the module docstring)."""
     out: dict[str, Any] = {}
     for fd, value in msg.ListFields():
-        if fd.is_repeated:
-            out[fd.name] = [_value(fd, v, converter, strict) for v in value]
+        name, repeated, read = _FIELDS.get(fd) or _field(fd)
+        if repeated:
+            out[name] = [read(v, converter, strict) for v in value]
         else:
-            out[fd.name] = _value(fd, value, converter, strict)
+            out[name] = read(value, converter, strict)
     return out
 
 
-def _value(fd: Any, value: Any, converter: PayloadConverter, strict: bool) -> Any:
+# Each field's name, whether it repeats, and how its values read, worked out
+# once per field (a decider decodes every event it is sent with these).
+_Read = Callable[[Any, PayloadConverter, bool], Any]
+_FIELDS: dict[Any, tuple[str, bool, _Read]] = {}
+
+
+def _field(fd: Any) -> tuple[str, bool, _Read]:
+    entry = _FIELDS[fd] = (fd.name, fd.is_repeated, _reader(fd))
+    return entry
+
+
+def _reader(fd: Any) -> _Read:
     if fd.type == fd.TYPE_ENUM:
-        return fd.enum_type.values_by_number[value].name
+        names = {number: value.name for number, value in fd.enum_type.values_by_number.items()}
+        return lambda value, converter, strict: names[value]
     if fd.message_type is None:
-        return value
+        return lambda value, converter, strict: value
     kind = fd.message_type.full_name
     if kind == "weft.v1.Payload":
-        return converter.decode(value) if strict else converter.decode_lenient(value)
+        return _payload
     if kind == "google.protobuf.Duration":
-        return value.ToTimedelta().total_seconds()
+        return lambda value, converter, strict: value.ToTimedelta().total_seconds()
     if kind == "google.protobuf.Timestamp":
-        return rfc3339(stamps.to_datetime(value))
-    return message_to_dict(value, converter, strict=strict)
+        return lambda value, converter, strict: rfc3339(stamps.to_datetime(value))
+    return lambda value, converter, strict: message_to_dict(value, converter, strict=strict)
+
+
+def _payload(value: Any, converter: PayloadConverter, strict: bool) -> Any:
+    return converter.decode(value) if strict else converter.decode_lenient(value)
