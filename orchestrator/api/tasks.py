@@ -196,7 +196,8 @@ class TaskService(ServiceBase):
             limits=self._settings.limits,
             defaults=self._settings.defaults,
             activity_types=await self._store.registered_activity_types(namespace, wanted),
-            new_run_id=str(uuid.uuid4()),
+            # (Only a ContinueAsNew opens a run: the others need no id.)
+            new_run_id=str(uuid.uuid4()) if _continues(req.decisions) else "",
             new_run_definition=await self._successor_definition(run, req.decisions),
             **await self._family_context(namespace, req.decisions),
         )
@@ -477,6 +478,10 @@ def _validated_poll(
     ns = validate.namespace(req.namespace)
     validate.name("task_list", req.task_list)
     return ns, validate.optional_name("worker_session_id", req.worker_session_id)
+
+
+def _continues(decisions: Sequence[Decision]) -> bool:
+    return any(x.HasField("continue_as_new") for x in decisions)
 
 
 def _folded_poll_target(
