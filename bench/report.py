@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import math
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import Any
 
 Spread = dict[str, Any]
@@ -43,21 +45,7 @@ def targets(scenarios: dict[str, Any]) -> list[dict[str, Any]]:
         out.append({"target": name, "median": value, "goal": goal, "met": met})
 
     side = scenarios.get("side_by_side", {})
-    rates = []
-    for point in side.get("points", []):
-        c = point["inflight"]
-        rates.append(point["weft.activities_per_s"]["median"])
-        if c < 4:
-            continue
-        peer = point["ratio.weft_activities_over_dbos_steps"]["median"]
-        add(f"Weft activities/s ÷ DBOS steps/s, {c} in flight", peer, ">= 1", peer >= 1)
-        ms = point["weft.server_cpu_per_activity_ms"]["median"]
-        add(f"server CPU per activity (ms), {c} in flight", ms, "<= 2", ms <= 2)
-        cpu = point["ratio.server_cpu_per_activity_in_echo_calls"]["median"]
-        add(f"server CPU per activity in echo calls, {c} in flight", cpu, "<= 8", cpu <= 8)
-    if len(rates) >= 3:
-        grows = all(later > earlier for earlier, later in itertools.pairwise(rates))
-        add("throughput grows from 1 to 4 to 16 in flight", rates[-1] / rates[0], "> 1", grows)
+    _deployment(add, side.get("points", []), {}, THREE_PROCESSES)
     # The one process's CPU holds the server's work and the workers': its echo
     # calls are the echo's server CPU per call at the same concurrency, measured
     # in this run's side-by-side repeats.
@@ -66,24 +54,7 @@ def targets(scenarios: dict[str, Any]) -> list[dict[str, Any]]:
         for p in side.get("points", [])
         if "echo.server_cpu_per_call_ms" in p
     }
-    one_rates = []
-    for point in scenarios.get("one_process", {}).get("points", []):
-        c = point["inflight"]
-        one_rates.append(point["weft.activities_per_s"]["median"])
-        if c < 4:
-            continue
-        peer = point["ratio.weft_activities_over_dbos_steps"]["median"]
-        add(f"the same, one process (weft server --embed), {c} in flight", peer, ">= 1", peer >= 1)
-        ms = point["weft.server_cpu_per_activity_ms"]["median"]
-        add(f"process CPU per activity (ms), one process, {c} in flight", ms, "<= 2", ms <= 2)
-        if echo_ms.get(c):
-            calls = ms / echo_ms[c]
-            label = f"process CPU per activity in echo calls, one process, {c} in flight"
-            add(label, calls, "<= 8", calls <= 8)
-    if len(one_rates) >= 3:
-        grows = all(later > earlier for earlier, later in itertools.pairwise(one_rates))
-        label = "throughput grows from 1 to 4 to 16 in flight, one process"
-        add(label, one_rates[-1] / one_rates[0], "> 1", grows)
+    _deployment(add, scenarios.get("one_process", {}).get("points", []), echo_ms, ONE_PROCESS)
     growth = scenarios.get("history_growth", {}).get("sticky", {})
     sticky = growth.get("ratio_largest_over_smallest", {})
     if "total_ms" in sticky:
@@ -103,6 +74,58 @@ def targets(scenarios: dict[str, Any]) -> list[dict[str, Any]]:
         value = nodes["result_after_close_ms"]["median"]
         add("result() through another node, ms after the close", value, "<= 100", value <= 100)
     return out
+
+
+@dataclass(frozen=True)
+class _Labels:
+    """How one deployment's throughput targets are named ({c}: in flight)."""
+
+    peer: str
+    cpu_ms: str
+    echo_calls: str
+    grows: str
+
+
+THREE_PROCESSES = _Labels(
+    "Weft activities/s ÷ DBOS steps/s, {c} in flight",
+    "server CPU per activity (ms), {c} in flight",
+    "server CPU per activity in echo calls, {c} in flight",
+    "throughput grows from 1 to 4 to 16 in flight",
+)
+ONE_PROCESS = _Labels(
+    "the same, one process (weft server --embed), {c} in flight",
+    "process CPU per activity (ms), one process, {c} in flight",
+    "process CPU per activity in echo calls, one process, {c} in flight",
+    "throughput grows from 1 to 4 to 16 in flight, one process",
+)
+
+
+def _deployment(
+    add: Callable[[str, float | None, str, bool], None],
+    points: list[dict[str, Any]],
+    echo_ms: dict[int, float],
+    labels: _Labels,
+) -> None:
+    """One deployment's targets at 4 and 16 in flight (against DBOS, CPU per
+    activity in ms and in echo calls: the point's own per-repeat ratio, else
+    over `echo_ms` at its concurrency), and whether its throughput grows."""
+    rates = []
+    for point in points:
+        c = point["inflight"]
+        rates.append(point["weft.activities_per_s"]["median"])
+        if c < 4:
+            continue
+        peer = point["ratio.weft_activities_over_dbos_steps"]["median"]
+        add(labels.peer.format(c=c), peer, ">= 1", peer >= 1)
+        ms = point["weft.server_cpu_per_activity_ms"]["median"]
+        add(labels.cpu_ms.format(c=c), ms, "<= 2", ms <= 2)
+        ratio = point.get("ratio.server_cpu_per_activity_in_echo_calls")
+        calls = ratio["median"] if ratio else ms / echo_ms[c] if echo_ms.get(c) else None
+        if calls is not None:
+            add(labels.echo_calls.format(c=c), calls, "<= 8", calls <= 8)
+    if len(rates) >= 3:
+        grows = all(later > earlier for earlier, later in itertools.pairwise(rates))
+        add(labels.grows, rates[-1] / rates[0], "> 1", grows)
 
 
 def render(doc: dict[str, Any]) -> str:
