@@ -259,9 +259,20 @@ class Worker:
         if self._stop.is_set():
             self._force.set()
         self._stop.set()
-        for lane_task in self._folding:
-            self._folding[lane_task] = True
-            lane_task.cancel()
+        if self._folding:
+            # A loop turn later: a folded poll's response already in (its lane
+            # about to resume with it) is kept, not cancelled away.
+            asyncio.get_running_loop().call_soon(self._cut_folded)
+
+    def _cut_folded(self) -> None:
+        """Cut short, once each, the answers with a folded poll still in flight
+        at a stop; `_answer_folded` takes the cancellation back. (A response
+        that lands between the stop and this is lost: its task is handed out
+        again at its timeout.)"""
+        for lane_task, cut in self._folding.items():
+            if not cut:
+                self._folding[lane_task] = True
+                lane_task.cancel()
 
     async def _drain(self, in_flight: set[asyncio.Task[None]]) -> None:
         if not in_flight:
@@ -403,8 +414,10 @@ class Worker:
         except Exception as exc:
             failure = exc
         else:
-            if self._folding.pop(lane_task):
-                lane_task.uncancel()  # (the call took the stop's cancellation and finished)
+            # The call took the stop's cancellation and finished: take it back,
+            # but not a cancellation of the lane that came with it.
+            if self._folding.pop(lane_task) and lane_task.uncancel() > 0:
+                raise asyncio.CancelledError
             return folded
         finally:
             self._folding.pop(lane_task, None)
