@@ -3,8 +3,10 @@ event: what `Timestamp.ToDatetime(tzinfo=UTC)` and `FromDatetime` give, in
 a third to a sixth of their CPU (they check ranges and go through
 `calendar.timegm` and `astimezone` on every call).
 
-The values are the same to the microsecond: nanoseconds below a microsecond are
-dropped, as protobuf drops them.
+The values are the same to the microsecond for valid timestamps (years 1 to 9999,
+nanos in [0, 1e9)): nanoseconds below a microsecond are dropped, as protobuf drops
+them. Unlike protobuf's, these do not refuse an invalid one; they are for stamps
+the server made.
 """
 
 from __future__ import annotations
@@ -29,6 +31,6 @@ def to_epoch(stamp: Timestamp) -> float:
 
 def set_datetime(stamp: Timestamp, moment: datetime) -> None:
     """Set `stamp` to `moment` (a naive datetime is read as UTC)."""
-    delta = moment - (_EPOCH if moment.tzinfo is not None else _EPOCH_NAIVE)
+    delta = moment - (_EPOCH if moment.utcoffset() is not None else _EPOCH_NAIVE)
     stamp.seconds = delta.days * 86_400 + delta.seconds
     stamp.nanos = delta.microseconds * 1000

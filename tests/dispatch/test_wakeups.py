@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import time
+from typing import Any
 
 import pytest
 
@@ -86,6 +87,36 @@ async def test_a_cancelled_wait_leaves_the_ticket_and_its_callbacks_alone() -> N
     wakeups.wake_pollers(KEY)
     assert ticket.done() and not ticket.cancelled()
     assert await wait_ticket(ticket, 5.0) is True
+
+
+class _Counted(asyncio.Future[None]):
+    """A ticket that counts the callbacks on it."""
+
+    callbacks = 0
+
+    def add_done_callback(self, fn: Any, *, context: Any = None) -> None:
+        self.callbacks += 1
+        super().add_done_callback(fn, context=context)
+
+    def remove_done_callback(self, fn: Any) -> int:
+        removed = super().remove_done_callback(fn)
+        self.callbacks -= removed
+        return removed
+
+
+@pytest.mark.parametrize("ending", ["timeout", "cancel"])
+async def test_a_finished_wait_takes_its_callback_off_the_ticket(ending: str) -> None:
+    ticket = _Counted()
+    if ending == "timeout":
+        assert await wait_ticket(ticket, 0.01) is False
+    else:
+        waiting = asyncio.create_task(wait_ticket(ticket, 5.0))
+        await asyncio.sleep(0)
+        assert ticket.callbacks == 1
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+    assert ticket.callbacks == 0 and not ticket.done()
 
 
 def test_notify_payload_round_trips_a_task_list_name_with_the_separator() -> None:

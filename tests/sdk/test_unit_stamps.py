@@ -2,12 +2,26 @@
 
 from __future__ import annotations
 
-from datetime import UTC, datetime, timedelta, timezone
+from datetime import UTC, datetime, timedelta, timezone, tzinfo
 
 import pytest
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from sdk import stamps
+
+
+class _NoOffset(tzinfo):
+    """A tzinfo that knows no offset: Python and protobuf read it as naive."""
+
+    def utcoffset(self, dt: datetime | None) -> None:
+        return None
+
+    def dst(self, dt: datetime | None) -> None:
+        return None
+
+    def tzname(self, dt: datetime | None) -> None:
+        return None
+
 
 MOMENTS = [
     datetime(1970, 1, 1, tzinfo=UTC),
@@ -17,6 +31,7 @@ MOMENTS = [
     datetime(9999, 12, 31, 23, 59, 59, 999999, tzinfo=UTC),
     datetime(2026, 3, 29, 2, 30, tzinfo=timezone(timedelta(hours=-7, minutes=-30))),
     datetime(2026, 11, 26, 21, 30, 5, 7),  # naive: read as UTC
+    datetime(2026, 11, 26, 21, 30, 5, 7, tzinfo=_NoOffset()),  # (as naive)
 ]
 
 
