@@ -399,8 +399,8 @@ class Worker:
         """
         assert self._stop is not None
         # The call runs in the lane's own task: a stop cancels that task while
-        # the call is in flight (`_request_stop`), and the cancellation is
-        # taken back here. (A task of its own per call, raced against the stop,
+        # the call is in flight (`_cut_folded`), and the cancellation is taken
+        # back here. (A task of its own per call, raced against the stop,
         # cost three tasks per answer.)
         lane_task = asyncio.current_task()
         assert lane_task is not None
