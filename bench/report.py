@@ -119,10 +119,13 @@ def _deployment(
         add(labels.peer.format(c=c), peer, ">= 1", peer >= 1)
         ms = point["weft.server_cpu_per_activity_ms"]["median"]
         add(labels.cpu_ms.format(c=c), ms, "<= 2", ms <= 2)
-        ratio = point.get("ratio.server_cpu_per_activity_in_echo_calls")
-        calls = ratio["median"] if ratio else ms / echo_ms[c] if echo_ms.get(c) else None
-        if calls is not None:
-            add(labels.echo_calls.format(c=c), calls, "<= 8", calls <= 8)
+        if ratio := point.get("ratio.server_cpu_per_activity_in_echo_calls"):
+            calls = ratio["median"]
+        elif echo_ms.get(c):
+            calls = ms / echo_ms[c]
+        else:
+            continue
+        add(labels.echo_calls.format(c=c), calls, "<= 8", calls <= 8)
     if len(rates) >= 3:
         grows = all(later > earlier for earlier, later in itertools.pairwise(rates))
         add(labels.grows, rates[-1] / rates[0], "> 1", grows)

@@ -74,8 +74,8 @@ async def test_wait_ticket_reports_a_timeout_and_a_wake_up() -> None:
 
 async def test_a_cancelled_wait_leaves_the_ticket_and_its_callbacks_alone() -> None:
     # The ticket is the poll's place in the queue: cancelling the poll's wait
-    # must not cancel it (a hand-off landing then is still seen), nor leave a
-    # callback of the finished wait on it.
+    # must not cancel it (a hand-off landing then is still seen). (That the wait
+    # takes its callback off the ticket: the next test.)
     wakeups = Wakeups()
     ticket = wakeups.ticket(KEY)
     waiting = asyncio.create_task(wait_ticket(ticket, 5.0))

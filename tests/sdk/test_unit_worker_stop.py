@@ -21,14 +21,16 @@ NOTHING = "nothing"
 
 
 class Connection:
-    """The lane's connection: its folded call waits for `respond`."""
+    """The lane's connection: its folded call waits for the test to set `response`."""
 
     def __init__(self, *, swallow_cancel: bool = False) -> None:
         self.response: asyncio.Future[str] | None = None
+        self.called = asyncio.Event()
         self.swallow_cancel = swallow_cancel
 
     async def rpc(self, method: str, req: Any, **_: Any) -> str:
         self.response = asyncio.get_running_loop().create_future()
+        self.called.set()
         try:
             return await self.response
         except asyncio.CancelledError:
@@ -63,8 +65,7 @@ async def _answering(worker: ActivityWorker, conn: Connection) -> asyncio.Task[A
     task = asyncio.ensure_future(
         worker._answer_folded(lane, "RespondActivityTaskCompleted", req, lambda: NOTHING)
     )
-    while conn.response is None:
-        await asyncio.sleep(0)
+    await conn.called.wait()
     return task
 
 
