@@ -84,6 +84,11 @@ class StoreBase:
         self._engine = engine
         self._writer = engine.execution_options(**{dialect.WRITE: True})
         self.is_pg = engine.dialect.name == "postgresql"
+        # A read is one statement, its own snapshot: on PostgreSQL it runs in
+        # autocommit, one round trip where BEGIN, the query and COMMIT were three.
+        self._reader = (
+            engine.execution_options(isolation_level="AUTOCOMMIT") if self.is_pg else engine
+        )
         self._on_commit = on_commit
         self._attempts: set[asyncio.Future[Any]] = set()
         self.node_id = uuid.uuid4().hex[:16]  # tells this node's NOTIFYs from others'
@@ -143,10 +148,10 @@ class StoreBase:
         """Run a read; reads are safe to repeat, so a lost connection is retried."""
 
         async def attempt() -> list[Any]:
-            async with self._engine.connect() as conn:
+            async with self._reader.connect() as conn:
                 rows = list((await conn.execute(query)).all())
                 # COMMIT, not the pool's ROLLBACK: psycopg forgets its prepared
-                # statements on every rollback, and reads are most statements.
+                # statements on every rollback (in autocommit, neither is sent).
                 await conn.commit()
                 return rows
 
