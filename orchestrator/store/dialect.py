@@ -40,6 +40,17 @@ def async_url(url: str) -> str:
     return u.render_as_string(hide_password=False)
 
 
+def sqlite_path(url: str) -> str | None:
+    """The file of a SQLite URL (None for another database). An in-memory
+    database is refused: each of the server's connections would have its own."""
+    u = make_url(url)
+    if u.get_backend_name() != "sqlite":
+        return None
+    if not u.database or u.database == ":memory:":
+        raise ValueError("a SQLite database needs a file: sqlite:///path/to/weft.db")
+    return u.database
+
+
 def libpq_url(url: str) -> str:
     """A PostgreSQL URL as libpq (psycopg used directly) reads it."""
     return make_url(url).set(drivername="postgresql").render_as_string(hide_password=False)
@@ -57,19 +68,24 @@ def create_engine(url: str) -> AsyncEngine:
     return engine
 
 
+def configure_sqlite(dbapi_conn: Any) -> None:
+    """Every SQLite connection of the server (the pool's, and the hot path's own)."""
+    # We issue BEGIN ourselves: the driver's implicit transactions skip
+    # SELECTs, which would make a read-modify-write non-atomic.
+    dbapi_conn.isolation_level = None
+    cur = dbapi_conn.cursor()
+    cur.execute("PRAGMA journal_mode=WAL")
+    # FULL: an acknowledged commit survives power loss too, not only kill -9.
+    cur.execute("PRAGMA synchronous=FULL")
+    cur.execute("PRAGMA busy_timeout=30000")
+    cur.execute("PRAGMA foreign_keys=ON")
+    cur.close()
+
+
 def _configure_sqlite(engine: AsyncEngine) -> None:
     @event.listens_for(engine.sync_engine, "connect")
     def _connect(dbapi_conn: Any, _record: Any) -> None:
-        # We issue BEGIN ourselves (below): the driver's implicit transactions
-        # skip SELECTs, which would make a read-modify-write non-atomic.
-        dbapi_conn.isolation_level = None
-        cur = dbapi_conn.cursor()
-        cur.execute("PRAGMA journal_mode=WAL")
-        # FULL: an acknowledged commit survives power loss too, not only kill -9.
-        cur.execute("PRAGMA synchronous=FULL")
-        cur.execute("PRAGMA busy_timeout=30000")
-        cur.execute("PRAGMA foreign_keys=ON")
-        cur.close()
+        configure_sqlite(dbapi_conn)
 
     @event.listens_for(engine.sync_engine, "begin")
     def _begin(conn: Any) -> None:

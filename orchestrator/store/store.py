@@ -100,6 +100,7 @@ class Store(LockedWrites, UpkeepWrites):
         offer: Offer | None = None,
     ) -> Store:
         dialect.async_url(url)  # refuse an unsupported URL before touching anything
+        sqlite_path = dialect.sqlite_path(url)
         await asyncio.to_thread(migrate.upgrade, url)
         store = cls(dialect.create_engine(url), on_commit)
         store._offer = offer
@@ -111,7 +112,8 @@ class Store(LockedWrites, UpkeepWrites):
         if store.is_pg:
             store._hot = PgWriter(dialect.libpq_url(url), store.stats)
         else:
-            store._hot = SqliteWriter(store)
+            assert sqlite_path is not None
+            store._hot = SqliteWriter(store, sqlite_path)
         return store
 
     async def close(self) -> None:
