@@ -48,6 +48,12 @@ def sqlite_path(url: str) -> str | None:
         return None
     if not u.database or u.database == ":memory:":
         raise ValueError("a SQLite database needs a file: sqlite:///path/to/weft.db")
+    if u.query:
+        # The hot path opens the file itself: driver options would apply to
+        # the pool's connections only.
+        raise ValueError(
+            f"a SQLite URL takes no options ({', '.join(sorted(u.query))}): sqlite:///path/to/weft.db"
+        )
     return u.database
 
 

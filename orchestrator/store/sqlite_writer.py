@@ -1,17 +1,19 @@
 """The SQLite hot path: the same writes as `pg_writer`, with the same
-compare-and-set on the run's version, on a connection of its own in a thread
-of its own.
+compare-and-set on the run's version, on connections of its own, each in a
+thread of its own.
 
-A write is one call into that thread: BEGIN IMMEDIATE, its statements and
+A write is one call into its thread: BEGIN IMMEDIATE, its statements and
 COMMIT. Through SQLAlchemy and aiosqlite each statement was a hop of its own
 between the event loop and a driver thread, about 0.35 ms of CPU, where the
 statement itself costs SQLite about 0.01 ms (a micro-benchmark on this
 machine); a write is five to eight statements. SQLite has one writer at a time,
-so one connection loses nothing; its reads (a run's state on a cache miss, task
-candidates, events) go through it too, one call each.
+so one connection for writes loses nothing. The hot path's reads (a run's state
+on a cache miss, task candidates, events) have a second connection, one call
+each.
 
-Values are converted as SQLAlchemy binds them (a DateTime as SQLite text), so
-the rows are the ones the rest of the store reads and writes.
+Values are converted as SQLAlchemy binds them on SQLite (a DateTime as text
+with microseconds), so the rows are the ones the rest of the store reads and
+writes.
 """
 
 from __future__ import annotations
@@ -33,7 +35,7 @@ from . import dialect
 from .reads import StoreBase
 from .rows import event_rows, naive
 from .schema import deadlines, history_events, request_ids, runs, tasks
-from .writes import Candidate, Conflict, RunWrite
+from .writes import Candidate, Conflict, RunColumns, RunWrite
 
 T = TypeVar("T")
 Step = tuple[str, Sequence[Any], bool]
@@ -51,7 +53,7 @@ _EVENTS = (
 )
 _DELETE_TASK = "DELETE FROM tasks WHERE run_id = ? AND kind = ? AND scheduled_id = ?"
 _DELETE_DEADLINE = "DELETE FROM deadlines WHERE run_id = ? AND kind = ? AND ref_id = ?"
-_RUN_COLUMNS = ("status", "close_time", "history_length", "state")  # writes.RunColumns
+_RUN_COLUMNS = tuple(RunColumns.__annotations__)  # what a write sets of the run row
 _CONFLICT_MESSAGES = (
     "UNIQUE constraint failed: runs.namespace, runs.workflow_id",
     "UNIQUE constraint failed: request_ids.",
@@ -59,8 +61,8 @@ _CONFLICT_MESSAGES = (
 
 
 class _Rows:
-    """`names` of `table` as SQL and as parameters converted the way SQLAlchemy
-    binds each column's type, worked out once."""
+    """`names` of `table` as SQL, and as parameters converted the way SQLAlchemy
+    binds each column on this dialect, worked out once."""
 
     def __init__(self, table: Table, names: Sequence[str], sql_dialect: Dialect) -> None:
         self.names = tuple(names)
@@ -68,7 +70,11 @@ class _Rows:
             f"INSERT INTO {table.name} ({', '.join(names)})"
             f" VALUES ({', '.join('?' for _ in names)})"
         )
-        self._bind = tuple(table.c[n].type.bind_processor(sql_dialect) for n in names)
+        # The dialect's own type (SQLite's DATETIME, not the generic DateTime,
+        # which binds nothing and would leave a datetime to sqlite3's adapter).
+        self._bind = tuple(
+            sql_dialect.type_descriptor(table.c[n].type).bind_processor(sql_dialect) for n in names
+        )
 
     def params(self, values: Mapping[str, Any]) -> tuple[Any, ...]:
         return tuple(
@@ -77,13 +83,61 @@ class _Rows:
         )
 
 
+class _Connection:
+    """One sqlite3 connection, opened, used and closed in a thread of its own."""
+
+    def __init__(self, path: str, name: str) -> None:
+        self._path = path
+        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix=name)
+        self._db: sqlite3.Connection | None = None
+        """Touched in the thread only."""
+        self._closed = False
+
+    async def call(self, work: Callable[[sqlite3.Connection], T], sql: str | None) -> T:
+        """`work(connection)` in the thread. A cancelled caller does not stop
+        it: the store waits for a write's outcome (`_retrying`,
+        `_seen_through`). SQLite's errors come back as SQLAlchemy's (with `sql`
+        in the message), which the store's retries and translation read."""
+        if self._closed:
+            raise Unavailable("the database is closed")
+        loop = asyncio.get_running_loop()
+        try:
+            return await loop.run_in_executor(self._thread, self._run, work)
+        except sqlite3.Error as exc:
+            raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
+        except _CommitFailed as exc:
+            raise Unavailable(
+                f"database commit failed; the outcome is unknown: {exc.__cause__}"
+            ) from exc
+
+    def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
+        if self._db is None:
+            if self._closed:  # (work queued before the close, run after it)
+                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
+            db = sqlite3.connect(self._path, isolation_level=None)
+            dialect.configure_sqlite(db)
+            self._db = db
+        return work(self._db)
+
+    async def close(self) -> None:
+        self._closed = True
+        await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
+        self._thread.shutdown(wait=False)  # (nothing is left for it: the thread ends)
+
+    def _close(self) -> None:
+        if self._db is not None:
+            self._db.close()
+            self._db = None
+
+
 class SqliteWriter:
     def __init__(self, store: StoreBase, path: str) -> None:
         self._store = store
-        self._path = path
-        self._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="weft-sqlite")
-        self._db: sqlite3.Connection | None = None
-        """Opened, used and closed in the thread only."""
+        # Reads have a connection of their own: a write may wait (busy_timeout)
+        # for another of the store's connections to commit, and polls and
+        # history reads need not wait with it.
+        self._writes = _Connection(path, "weft-sqlite-write")
+        self._reads = _Connection(path, "weft-sqlite-read")
         sql_dialect = store._engine.dialect
         self._runs = _Rows(
             runs,
@@ -123,20 +177,8 @@ class SqliteWriter:
         )
 
     async def close(self) -> None:
-        await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
-        self._thread.shutdown(wait=False)  # (its one job is done: the thread ends)
-
-    def _close(self) -> None:
-        if self._db is not None:
-            self._db.close()
-            self._db = None
-
-    def _conn(self) -> sqlite3.Connection:
-        if self._db is None:
-            db = sqlite3.connect(self._path, isolation_level=None)
-            dialect.configure_sqlite(db)
-            self._db = db
-        return self._db
+        await self._writes.close()
+        await self._reads.close()
 
     # -- reads -------------------------------------------------------------------------
 
@@ -155,11 +197,13 @@ class SqliteWriter:
         return [bytes(r[0]) for r in rows]
 
     async def _read(self, sql: str, params: Sequence[Any]) -> list[Any]:
-        def read() -> list[Any]:
-            return self._conn().execute(sql, params).fetchall()
+        def read(db: sqlite3.Connection) -> list[Any]:
+            return db.execute(sql, params).fetchall()
 
         async def attempt() -> list[Any]:
-            return await self._call(read, sql, statements=1)
+            rows = await self._reads.call(read, sql)
+            self._counted(statements=1)
+            return rows
 
         rows: list[Any] = await self._store._retrying(attempt)
         return rows
@@ -169,11 +213,14 @@ class SqliteWriter:
     async def write(self, w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> bool:
         steps = self._steps(w, links)
 
-        def transact() -> bool:
-            return _transact(self._conn(), steps, compare_and_set=not w.is_new)
+        def transact(db: sqlite3.Connection) -> bool:
+            return _transact(db, steps, compare_and_set=not w.is_new)
 
         async def attempt() -> bool:
-            return await self._call(transact, steps[0][0], statements=len(steps) + 1)
+            wrote = await self._writes.call(transact, None)
+            # BEGIN and every step, or BEGIN and the compare-and-set that missed.
+            self._counted(statements=len(steps) + 1 if wrote else 2)
+            return wrote
 
         try:
             ok: bool = await self._store._retrying(attempt, unique_ok=True)
@@ -252,26 +299,10 @@ class SqliteWriter:
             steps.append((self._requests.insert, self._requests.params(request), False))
         return steps
 
-    # -- the thread --------------------------------------------------------------------
-
-    async def _call(self, work: Callable[[], T], sql: str, *, statements: int) -> T:
-        """`work` in the thread. A cancelled caller does not stop it: the store
-        waits for a write's outcome (`_retrying`, `_seen_through`). SQLite's
-        errors come back as SQLAlchemy's, which the store's retries and error
-        translation read."""
-        loop = asyncio.get_running_loop()
-        try:
-            result = await loop.run_in_executor(self._thread, work)
-        except sqlite3.Error as exc:
-            raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
-        except _CommitFailed as exc:
-            raise Unavailable(
-                f"database commit failed; the outcome is unknown: {exc.__cause__}"
-            ) from exc
-        stats = self._store.stats  # (counted here, in the loop's thread)
+    def _counted(self, *, statements: int) -> None:
+        stats = self._store.stats
         stats.statements += statements
         stats.transactions += 1
-        return result
 
 
 class _CommitFailed(Exception):

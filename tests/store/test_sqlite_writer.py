@@ -1,19 +1,27 @@
-"""The SQLite hot path's own connection and thread: it is as durable as the
-pool's connections, a write is all or nothing (a stale version, a failed
-statement and a failed COMMIT each leave no row behind and the connection out
-of any transaction), and SQLite's errors reach the store as SQLAlchemy's."""
+"""The SQLite hot path's own connections and threads: as durable as the pool's
+connections; a write is all or nothing (a stale version, a failed statement and
+a failed COMMIT each leave no row behind and the connection out of any
+transaction); its rows are the ones SQLAlchemy writes (times as text with
+microseconds); SQLite's errors reach the store as SQLAlchemy's; and a closed
+writer refuses work."""
 
 from __future__ import annotations
 
+import re
 import sqlite3
+import uuid
 from collections.abc import AsyncIterator
+from datetime import datetime
 from typing import Any
 
 import pytest
+from sqlalchemy import DateTime, create_engine, insert, select
 from sqlalchemy.exc import IntegrityError, OperationalError
 
 from orchestrator.engine.errors import Unavailable
-from orchestrator.store import dialect
+from orchestrator.engine.external import terminate
+from orchestrator.engine.start import StartCommand, start_workflow
+from orchestrator.store import dialect, schema
 from orchestrator.store.sqlite_writer import SqliteWriter, _transact
 from orchestrator.store.store import Store
 
@@ -38,8 +46,8 @@ async def hot(sqlite_url: str) -> AsyncIterator[SqliteWriter]:
 
 
 async def _in_thread(writer: SqliteWriter, work: Any) -> Any:
-    """`work(connection)` where the writer runs its own work, on its connection."""
-    return await writer._call(lambda: work(writer._conn()), "test", statements=0)
+    """`work(connection)` where the writer runs its writes, on their connection."""
+    return await writer._writes.call(work, "test")
 
 
 async def test_the_connection_is_as_durable_as_the_pools(hot: SqliteWriter) -> None:
@@ -106,8 +114,100 @@ def _left_behind(db: sqlite3.Connection) -> tuple[int, int, bool]:
     return n, parents, db.in_transaction
 
 
-@pytest.mark.parametrize("url", ["sqlite://", "sqlite:///:memory:"])
-async def test_an_in_memory_database_is_refused(url: str) -> None:
-    with pytest.raises(ValueError, match="a SQLite database needs a file"):
+async def test_times_are_bound_as_sqlalchemy_binds_them(hot: SqliteWriter, tmp_path: Any) -> None:
+    """Every time column the writer sets, at a whole second (where sqlite3's own
+    adapter would leave out the microseconds), as SQLAlchemy stores it."""
+    moment = datetime(2026, 11, 27, 1, 30, 0)
+    engine = create_engine(f"sqlite:///{tmp_path}/reference.db")
+    schema.metadata.create_all(engine)
+    bound: list[tuple[str, str, Any]] = []
+    for rows in (hot._runs, hot._run_update, hot._events, hot._tasks, hot._deadlines):
+        table = schema.metadata.tables[rows.insert.split()[2]]
+        for n, name in enumerate(rows.names):
+            if isinstance(table.c[name].type, DateTime):
+                values = {k: moment if k == name else None for k in rows.names}
+                bound.append((table.name, name, rows.params(values)[n]))
+    assert {(t, c) for t, c, _ in bound} >= {
+        ("runs", "start_time"),
+        ("runs", "close_time"),
+        ("history_events", "timestamp"),
+        ("tasks", "created_at"),
+        ("deadlines", "due"),
+    }
+    with engine.begin() as conn:
+        conn.execute(insert(schema.deadlines).values(run_id="r", kind="k", ref_id=1, due=moment))
+        stored = conn.exec_driver_sql("SELECT due FROM deadlines").scalar_one()
+        assert conn.execute(select(schema.deadlines.c.due)).scalar_one() == moment
+    engine.dispose()
+    assert stored == "2026-11-27 01:30:00.000000"
+    assert all(value == stored for _, _, value in bound), bound
+
+
+async def test_a_runs_rows_hold_times_as_the_store_reads_them(sqlite_url: str) -> None:
+    store = await Store.open(sqlite_url)
+    try:
+        run_id = str(uuid.uuid4())
+        start = StartCommand("t", "", "tl", None, execution_timeout=60, decider_timeout=10)
+        await store.create("default", "wf", run_id, "", lambda t: start_workflow(t, start))
+        times = await _times(store)
+        assert times["deadlines.due"] and times["tasks.created_at"]
+        await store.transact(run_id, lambda t: terminate(t, "done", None, "test"))
+        times = await _times(store)
+        assert times["runs.close_time"] and times["history_events.timestamp"]
+        for column, values in times.items():
+            for kind, text in values:
+                assert kind == "text" and re.fullmatch(_STAMP, text), (column, text)
+        row = await store.find_run("default", "wf", run_id)
+        assert row.status == "terminated" and row.close_time is not None
+    finally:
+        await store.close()
+
+
+_STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}"
+
+
+async def _times(store: Store) -> dict[str, list[tuple[str, str]]]:
+    hot = store._hot
+    assert isinstance(hot, SqliteWriter)
+    columns = (
+        ("runs", "start_time"),
+        ("runs", "close_time"),
+        ("history_events", "timestamp"),
+        ("tasks", "created_at"),
+        ("deadlines", "due"),
+    )
+
+    def read(db: sqlite3.Connection) -> dict[str, list[tuple[str, str]]]:
+        return {
+            f"{t}.{c}": db.execute(
+                f"SELECT typeof({c}), {c} FROM {t} WHERE {c} IS NOT NULL"
+            ).fetchall()
+            for t, c in columns
+        }
+
+    result: dict[str, list[tuple[str, str]]] = await hot._reads.call(read, "test")
+    return result
+
+
+async def test_a_closed_writer_refuses_work(sqlite_url: str) -> None:
+    store = await Store.open(sqlite_url)
+    hot = store._hot
+    assert isinstance(hot, SqliteWriter)
+    assert await hot.load("no-such-run") is None
+    await store.close()
+    with pytest.raises(Unavailable, match="the database is closed"):
+        await hot.load("no-such-run")
+
+
+@pytest.mark.parametrize(
+    ("url", "refusal"),
+    [
+        ("sqlite://", "a SQLite database needs a file"),
+        ("sqlite:///:memory:", "a SQLite database needs a file"),
+        ("sqlite:///weft.db?timeout=5", r"a SQLite URL takes no options \(timeout\)"),
+    ],
+)
+async def test_a_database_the_hot_path_cannot_open_is_refused(url: str, refusal: str) -> None:
+    with pytest.raises(ValueError, match=refusal):
         await Store.open(url)
     assert dialect.sqlite_path("postgresql://localhost/weft") is None
