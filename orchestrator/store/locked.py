@@ -40,6 +40,7 @@ from .rows import (
     TaskListKey,
     event_rows,
     naive,
+    task_rows,
     utcnow,
 )
 from .schema import (
@@ -287,20 +288,8 @@ class LockedWrites(StoreBase):
         if not added:
             return
         now = naive(utcnow().timestamp())
-        await conn.execute(
-            insert(tasks),
-            [
-                {
-                    "namespace": s.namespace,
-                    "kind": r.kind,
-                    "task_list": r.task_list,
-                    "run_id": s.run_id,
-                    "scheduled_id": r.scheduled_id,
-                    "created_at": now,
-                }
-                for r in sorted(added, key=lambda r: r.scheduled_id)
-            ],
-        )
+        in_order = sorted(added, key=lambda r: r.scheduled_id)
+        await conn.execute(insert(tasks), task_rows(s.namespace, s.run_id, in_order, now))
         counts = Counter(TaskListKey(s.namespace, r.kind, r.task_list) for r in added)
         c.task_lists.update(counts)
         # Transactional: delivered on commit only, so a poller woken on

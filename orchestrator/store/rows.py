@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 from collections import Counter
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import Any
 
+from orchestrator.engine.derived import TaskRef
 from orchestrator.engine.state import RunKey
 from sdk.api.weft.v1 import history_pb2 as h
 
@@ -106,6 +108,24 @@ def run_row(r: Any) -> RunRow:
         replay_of_run_id=r.replay_of_run_id,
         replayed_by_run_id=r.replayed_by_run_id,
     )
+
+
+def task_rows(
+    namespace: str, run_id: str, refs: Iterable[TaskRef], created_at: datetime
+) -> list[dict[str, Any]]:
+    """The `tasks` rows of a run's new tasks (the insert both write paths do on
+    SQLite, and the multi-run path on PostgreSQL)."""
+    return [
+        {
+            "namespace": namespace,
+            "kind": r.kind,
+            "task_list": r.task_list,
+            "run_id": run_id,
+            "scheduled_id": r.scheduled_id,
+            "created_at": created_at,
+        }
+        for r in refs
+    ]
 
 
 def event_rows(run_id: str, events: list[h.HistoryEvent]) -> list[dict[str, Any]]:

@@ -33,7 +33,7 @@ from orchestrator.engine.errors import Unavailable
 
 from . import dialect
 from .reads import StoreBase
-from .rows import event_rows, naive
+from .rows import event_rows, naive, task_rows
 from .schema import deadlines, history_events, request_ids, runs, tasks
 from .writes import Candidate, Conflict, RunColumns, RunWrite
 
@@ -263,19 +263,8 @@ class SqliteWriter:
             steps.append((_DELETE_TASK, gone, True))
         now = naive(w.now.timestamp())
         if w.tasks_added:
-            added = [
-                self._tasks.params(
-                    {
-                        "namespace": s.namespace,
-                        "kind": r.kind,
-                        "task_list": r.task_list,
-                        "run_id": s.run_id,
-                        "scheduled_id": r.scheduled_id,
-                        "created_at": now,
-                    }
-                )
-                for r in w.tasks_added
-            ]
+            new_tasks = task_rows(s.namespace, s.run_id, w.tasks_added, now)
+            added = [self._tasks.params(r) for r in new_tasks]
             steps.append((self._tasks.insert, added, True))
         if w.deadlines_gone:
             gone = [(s.run_id, kind, ref) for kind, ref in w.deadlines_gone]
