@@ -6,10 +6,10 @@ A write is one call into its thread: BEGIN IMMEDIATE, its statements and
 COMMIT. Through SQLAlchemy and aiosqlite each statement was a hop of its own
 between the event loop and a driver thread, about 0.35 ms of CPU, where the
 statement itself costs SQLite about 0.01 ms (a micro-benchmark on this
-machine); a write is five to eight statements. SQLite has one writer at a time,
-so one connection for writes loses nothing. The hot path's reads (a run's state
-on a cache miss, task candidates, events) have a second connection, one call
-each.
+machine); a write is two to seven statements between BEGIN and COMMIT. SQLite
+has one writer at a time, so one connection for writes loses nothing. The hot
+path's reads (a run's state on a cache miss, task candidates, events) have a
+second connection, one call each.
 
 Values are converted as SQLAlchemy binds them on SQLite (a DateTime as text
 with microseconds), so the rows are the ones the rest of the store reads and
@@ -105,6 +105,10 @@ class _Connection:
             return await loop.run_in_executor(self._thread, self._run, work)
         except sqlite3.Error as exc:
             raise DBAPIError.instance(sql, None, exc, sqlite3.Error) from exc
+        except _StepFailed as exc:
+            orig = exc.__cause__
+            assert isinstance(orig, sqlite3.Error)
+            raise DBAPIError.instance(exc.sql, None, orig, sqlite3.Error) from orig
         except _CommitFailed as exc:
             raise Unavailable(
                 f"database commit failed; the outcome is unknown: {exc.__cause__}"
@@ -112,15 +116,15 @@ class _Connection:
 
     def _run(self, work: Callable[[sqlite3.Connection], T]) -> T:
         if self._db is None:
-            if self._closed:  # (work queued before the close, run after it)
-                raise sqlite3.ProgrammingError("Cannot operate on a closed database.")
             db = sqlite3.connect(self._path, isolation_level=None)
             dialect.configure_sqlite(db)
             self._db = db
         return work(self._db)
 
     async def close(self) -> None:
-        self._closed = True
+        if self._closed:
+            return
+        self._closed = True  # (work accepted before this runs first: the thread keeps order)
         await asyncio.get_running_loop().run_in_executor(self._thread, self._close)
         self._thread.shutdown(wait=False)  # (nothing is left for it: the thread ends)
 
@@ -177,8 +181,10 @@ class SqliteWriter:
         )
 
     async def close(self) -> None:
-        await self._writes.close()
-        await self._reads.close()
+        try:
+            await self._writes.close()
+        finally:
+            await self._reads.close()
 
     # -- reads -------------------------------------------------------------------------
 
@@ -201,9 +207,8 @@ class SqliteWriter:
             return db.execute(sql, params).fetchall()
 
         async def attempt() -> list[Any]:
-            rows = await self._reads.call(read, sql)
-            self._counted(statements=1)
-            return rows
+            self._store.stats.statements += 1  # (as `pg_writer` counts: sent, in autocommit)
+            return await self._reads.call(read, sql)
 
         rows: list[Any] = await self._store._retrying(attempt)
         return rows
@@ -217,9 +222,12 @@ class SqliteWriter:
             return _transact(db, steps, compare_and_set=not w.is_new)
 
         async def attempt() -> bool:
+            stats = self._store.stats
+            stats.statements += 2  # BEGIN and the run row's (the rest once they are known sent)
             wrote = await self._writes.call(transact, None)
-            # BEGIN and every step, or BEGIN and the compare-and-set that missed.
-            self._counted(statements=len(steps) + 1 if wrote else 2)
+            if wrote:
+                stats.statements += len(steps) - 1
+                stats.transactions += 1
             return wrote
 
         try:
@@ -288,10 +296,13 @@ class SqliteWriter:
             steps.append((self._requests.insert, self._requests.params(request), False))
         return steps
 
-    def _counted(self, *, statements: int) -> None:
-        stats = self._store.stats
-        stats.statements += statements
-        stats.transactions += 1
+
+class _StepFailed(Exception):
+    """A statement of a write failed (the error is its cause): `sql` says which."""
+
+    def __init__(self, sql: str) -> None:
+        super().__init__(sql)
+        self.sql = sql
 
 
 class _CommitFailed(Exception):
@@ -304,7 +315,10 @@ def _transact(db: sqlite3.Connection, steps: Iterable[Step], *, compare_and_set:
     db.execute("BEGIN IMMEDIATE")  # the write lock up front, as every writer takes it
     try:
         for n, (sql, params, many) in enumerate(steps):
-            cursor = db.executemany(sql, params) if many else db.execute(sql, params)
+            try:
+                cursor = db.executemany(sql, params) if many else db.execute(sql, params)
+            except sqlite3.Error as exc:
+                raise _StepFailed(sql) from exc
             if n == 0 and compare_and_set and cursor.rowcount != 1:
                 db.execute("ROLLBACK")
                 return False

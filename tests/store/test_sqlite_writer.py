@@ -80,6 +80,7 @@ async def test_a_failed_statement_rolls_the_write_back(hot: SqliteWriter) -> Non
     with pytest.raises(IntegrityError) as raised:
         await _in_thread(hot, lambda db: _transact(db, steps, compare_and_set=True))
     assert isinstance(raised.value.orig, sqlite3.IntegrityError)
+    assert "[SQL: INSERT INTO parent (id) VALUES (?)]" in str(raised.value)  # the failed step
     assert await _in_thread(hot, _left_behind) == (0, 0, False)
 
 
@@ -189,7 +190,7 @@ async def _times(store: Store) -> dict[str, list[tuple[str, str]]]:
     return result
 
 
-async def test_a_closed_writer_refuses_work(sqlite_url: str) -> None:
+async def test_a_closed_writer_refuses_work_and_closes_once(sqlite_url: str) -> None:
     store = await Store.open(sqlite_url)
     hot = store._hot
     assert isinstance(hot, SqliteWriter)
@@ -197,6 +198,7 @@ async def test_a_closed_writer_refuses_work(sqlite_url: str) -> None:
     await store.close()
     with pytest.raises(Unavailable, match="the database is closed"):
         await hot.load("no-such-run")
+    await hot.close()  # a second close does nothing
 
 
 @pytest.mark.parametrize(
