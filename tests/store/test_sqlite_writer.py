@@ -25,6 +25,15 @@ from orchestrator.store import dialect, schema
 from orchestrator.store.sqlite_writer import SqliteWriter, _transact
 from orchestrator.store.store import Store
 
+# The time columns a run's writes fill (a request id's only with one given).
+_TIME_COLUMNS = (
+    ("runs", "start_time"),
+    ("runs", "close_time"),
+    ("history_events", "timestamp"),
+    ("tasks", "created_at"),
+    ("deadlines", "due"),
+)
+
 
 @pytest.fixture
 async def hot(sqlite_url: str) -> AsyncIterator[SqliteWriter]:
@@ -122,19 +131,20 @@ async def test_times_are_bound_as_sqlalchemy_binds_them(hot: SqliteWriter, tmp_p
     engine = create_engine(f"sqlite:///{tmp_path}/reference.db")
     schema.metadata.create_all(engine)
     bound: list[tuple[str, str, Any]] = []
-    for rows in (hot._runs, hot._run_update, hot._events, hot._tasks, hot._deadlines):
+    for rows in (
+        hot._runs,
+        hot._run_update,
+        hot._events,
+        hot._tasks,
+        hot._deadlines,
+        hot._requests,
+    ):
         table = schema.metadata.tables[rows.insert.split()[2]]
         for n, name in enumerate(rows.names):
             if isinstance(table.c[name].type, DateTime):
                 values = {k: moment if k == name else None for k in rows.names}
                 bound.append((table.name, name, rows.params(values)[n]))
-    assert {(t, c) for t, c, _ in bound} >= {
-        ("runs", "start_time"),
-        ("runs", "close_time"),
-        ("history_events", "timestamp"),
-        ("tasks", "created_at"),
-        ("deadlines", "due"),
-    }
+    assert {(t, c) for t, c, _ in bound} == {*_TIME_COLUMNS, ("request_ids", "created_at")}
     with engine.begin() as conn:
         conn.execute(insert(schema.deadlines).values(run_id="r", kind="k", ref_id=1, due=moment))
         stored = conn.exec_driver_sql("SELECT due FROM deadlines").scalar_one()
@@ -170,20 +180,13 @@ _STAMP = r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\.\d{6}"
 async def _times(store: Store) -> dict[str, list[tuple[str, str]]]:
     hot = store._hot
     assert isinstance(hot, SqliteWriter)
-    columns = (
-        ("runs", "start_time"),
-        ("runs", "close_time"),
-        ("history_events", "timestamp"),
-        ("tasks", "created_at"),
-        ("deadlines", "due"),
-    )
 
     def read(db: sqlite3.Connection) -> dict[str, list[tuple[str, str]]]:
         return {
             f"{t}.{c}": db.execute(
                 f"SELECT typeof({c}), {c} FROM {t} WHERE {c} IS NOT NULL"
             ).fetchall()
-            for t, c in columns
+            for t, c in _TIME_COLUMNS
         }
 
     result: dict[str, list[tuple[str, str]]] = await hot._reads.call(read, "test")
