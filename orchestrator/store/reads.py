@@ -349,18 +349,11 @@ class StoreBase:
         row = await self._first(select(namespaces).where(namespaces.c.name == name))
         return dict(row._mapping) if row is not None else None
 
-    async def due_deadlines(self, now: datetime, limit: int) -> list[DueDeadline]:
-        rows = await self._rows(
-            select(deadlines)
-            .where(deadlines.c.due <= now.replace(tzinfo=None))
-            .order_by(deadlines.c.due)
-            .limit(limit)
-        )
+    async def earliest_deadlines(self, limit: int) -> list[DueDeadline]:
+        """The `limit` deadlines that come due first, due or not: one read tells
+        the scanner what is due and, past those, when to look next."""
+        rows = await self._rows(select(deadlines).order_by(deadlines.c.due).limit(limit))
         return [DueDeadline(r.run_id, r.kind, r.ref_id, aware(r.due)) for r in rows]
-
-    async def next_deadline(self) -> datetime | None:
-        row = await self._first(select(func.min(deadlines.c.due).label("due")))
-        return aware(row.due) if row is not None and row.due is not None else None
 
     async def backlog(self, namespace: str, kind: str, task_list: str) -> int:
         row = await self._first(

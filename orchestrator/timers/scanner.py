@@ -41,15 +41,18 @@ class DeadlineScanner:
 
     async def run(self) -> None:
         while True:
-            fired = 0
+            fired, nxt = 0, None
+            # Cleared, with the next due time forgotten, before the pass reads:
+            # any deadline committed here meanwhile (a fired timeout's retry,
+            # say) leaves it set, and the next pass follows at once.
+            self._wake.clear()
+            self._next_due = None
             try:
-                fired = await self.fire_due()
-                nxt = await self._store.next_deadline()
+                fired, nxt = await self.fire_due()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("timers.scan_failed", error=str(exc)[:200])
-                nxt = None
             now = datetime.now(UTC).timestamp()
             self._next_due = nxt.timestamp() if nxt else None
             pause = _IDLE_RECHECK if nxt is None else min(_IDLE_RECHECK, nxt.timestamp() - now)
@@ -57,21 +60,30 @@ class DeadlineScanner:
                 # A due row the engine judged not yet due (clock skew between
                 # nodes, rounding): look again shortly rather than spin.
                 pause = max(pause, 0.05)
-            self._wake.clear()
             if pause > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), pause)
 
-    async def fire_due(self) -> int:
-        """Fire every due deadline; returns how many appended an event."""
+    async def fire_due(self) -> tuple[int, datetime | None]:
+        """Fire every due deadline: how many appended an event, and when to look
+        again (None: no deadline left), from the same read as the due ones: the
+        first deadline not yet due, or a due one that did not fire (its run
+        busy, say), which is looked at again shortly."""
         fired = 0
         while True:
-            due = await self._store.due_deadlines(datetime.now(UTC), _BATCH)
+            now = datetime.now(UTC)
+            earliest = await self._store.earliest_deadlines(_BATCH + 1)
+            due = [row for row in earliest if row.due <= now]
+            unfired: list[datetime] = []
             for row in due:
                 if await self._fire(row):
                     fired += 1
-            if len(due) < _BATCH:
-                return fired
+                else:
+                    unfired.append(row.due)
+            if len(due) == len(earliest) > _BATCH and len(unfired) < len(due):
+                continue  # the whole batch was due, and it moved: there may be more
+            later = [*unfired[:1], *(row.due for row in earliest[len(due) : len(due) + 1])]
+            return fired, min(later, default=None)
 
     async def _fire(self, row: DueDeadline) -> bool:
         try:
