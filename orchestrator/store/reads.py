@@ -349,11 +349,20 @@ class StoreBase:
         row = await self._first(select(namespaces).where(namespaces.c.name == name))
         return dict(row._mapping) if row is not None else None
 
-    async def earliest_deadlines(self, limit: int) -> list[DueDeadline]:
-        """The `limit` deadlines that come due first, due or not: one read tells
-        the scanner what is due and, past those, when to look next."""
-        rows = await self._rows(select(deadlines).order_by(deadlines.c.due).limit(limit))
-        return [DueDeadline(r.run_id, r.kind, r.ref_id, aware(r.due)) for r in rows]
+    async def deadlines_due_and_next(self, now: datetime, limit: int) -> list[DueDeadline]:
+        """The deadlines due by `now`, earliest first (up to `limit` + 1: more
+        than `limit` means there may be more), then the first not yet due, if
+        any: one read tells the scanner what to fire and when to look next."""
+        at, due = now.replace(tzinfo=None), deadlines.c.due
+        # Two ordered scans of the due index that each stop early (an OR of the
+        # two would read every overdue row, after an outage too, to sort them).
+        parts = (
+            select(deadlines).where(due <= at).order_by(due).limit(limit + 1),
+            select(deadlines).where(due > at).order_by(due).limit(1),
+        )
+        rows = await self._rows(union_all(*(select(p.subquery()) for p in parts)))
+        found = [DueDeadline(r.run_id, r.kind, r.ref_id, aware(r.due)) for r in rows]
+        return sorted(found, key=lambda d: d.due)
 
     async def backlog(self, namespace: str, kind: str, task_list: str) -> int:
         row = await self._first(

@@ -33,57 +33,69 @@ class DeadlineScanner:
         self._metrics = metrics
         self._wake = asyncio.Event()
         self._next_due: float | None = None
+        self._hinted: float | None = None
+        """The earliest deadline hinted while a pass runs (the pass's read may
+        have come before its commit); taken into the pause after the pass."""
+        self._passing = False
 
     def hint(self, due: float) -> None:
         """A commit on this node created a deadline; wake early if it is sooner."""
-        if self._next_due is None or due < self._next_due:
+        if self._passing:
+            if self._hinted is None or due < self._hinted:
+                self._hinted = due
+        elif self._next_due is None or due < self._next_due:
             self._wake.set()
 
     async def run(self) -> None:
         while True:
             fired, nxt = 0, None
-            # Cleared, with the next due time forgotten, before the pass reads:
-            # any deadline committed here meanwhile (a fired timeout's retry,
-            # say) leaves it set, and the next pass follows at once.
-            self._wake.clear()
-            self._next_due = None
+            self._passing, self._hinted = True, None
             try:
                 fired, nxt = await self.fire_due()
             except asyncio.CancelledError:
                 raise
             except Exception as exc:
                 log.warning("timers.scan_failed", error=str(exc)[:200])
+            self._passing = False
+            looks = (nxt.timestamp() if nxt is not None else None, self._hinted)
+            self._next_due = min((t for t in looks if t is not None), default=None)
             now = datetime.now(UTC).timestamp()
-            self._next_due = nxt.timestamp() if nxt else None
-            pause = _IDLE_RECHECK if nxt is None else min(_IDLE_RECHECK, nxt.timestamp() - now)
+            pause = _IDLE_RECHECK
+            if self._next_due is not None:
+                pause = min(pause, self._next_due - now)
             if not fired:
                 # A due row the engine judged not yet due (clock skew between
                 # nodes, rounding): look again shortly rather than spin.
                 pause = max(pause, 0.05)
+            # No await since the pass ended: no hint can have come in between.
+            self._wake.clear()
             if pause > 0:
                 with contextlib.suppress(TimeoutError):
                     await asyncio.wait_for(self._wake.wait(), pause)
 
     async def fire_due(self) -> tuple[int, datetime | None]:
-        """Fire every due deadline: how many appended an event, and when to look
-        again (None: no deadline left), from the same read as the due ones: the
-        first deadline not yet due, or a due one that did not fire (its run
-        busy, say), which is looked at again shortly."""
+        """Fire every due deadline. Returns how many appended an event, and when
+        to look again (None: no deadline is left), both from the read that found
+        the due ones: at the first due one that did not fire (its run was busy,
+        or the engine judged it not yet due), else at the first not yet due."""
         fired = 0
         while True:
             now = datetime.now(UTC)
-            earliest = await self._store.earliest_deadlines(_BATCH + 1)
-            due = [row for row in earliest if row.due <= now]
-            unfired: list[datetime] = []
+            rows = await self._store.deadlines_due_and_next(now, _BATCH)
+            due = [row for row in rows if row.due <= now]
+            moved = False
+            first_unfired: datetime | None = None
             for row in due:
                 if await self._fire(row):
                     fired += 1
-                else:
-                    unfired.append(row.due)
-            if len(due) == len(earliest) > _BATCH and len(unfired) < len(due):
-                continue  # the whole batch was due, and it moved: there may be more
-            later = [*unfired[:1], *(row.due for row in earliest[len(due) : len(due) + 1])]
-            return fired, min(later, default=None)
+                    moved = True
+                elif first_unfired is None:
+                    first_unfired = row.due
+            if len(due) > _BATCH and moved:
+                continue  # more were due than one read brings, and these moved
+            if first_unfired is not None:
+                return fired, first_unfired
+            return fired, rows[len(due)].due if len(rows) > len(due) else None
 
     async def _fire(self, row: DueDeadline) -> bool:
         try:

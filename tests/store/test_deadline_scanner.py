@@ -1,20 +1,24 @@
-"""The deadline scanner's pass: one read says what is due and when to look next
-(the first deadline not yet due, or a due one that could not fire), on both
-databases."""
+"""The deadline scanner: one read a pass says what is due and when to look next
+(the first deadline not yet due, or a due one that could not fire); a deadline
+hinted while a pass runs sets the next look without starting passes at once."""
 
 from __future__ import annotations
 
 import asyncio
 import uuid
 from datetime import UTC, datetime, timedelta
+from typing import Any
 
+import pytest
 from sqlalchemy import create_engine, text
 
 from orchestrator.engine.start import StartCommand, start_workflow
 from orchestrator.metrics import Metrics
 from orchestrator.store import migrate
 from orchestrator.store.store import Store
+from orchestrator.timers import scanner as scanner_module
 from orchestrator.timers.scanner import DeadlineScanner
+from tests.helpers import wait_until
 
 
 async def _start(store: Store, execution_timeout: float) -> str:
@@ -24,8 +28,30 @@ async def _start(store: Store, execution_timeout: float) -> str:
     return run_id
 
 
+async def _due(store: Store, run_id: str) -> datetime:
+    far = datetime.now(UTC) + timedelta(days=1)
+    [row] = [d for d in await store.deadlines_due_and_next(far, 100) if d.run_id == run_id]
+    return row.due
+
+
+async def _overdue(store: Store) -> str:
+    """A run whose execution timeout is already past."""
+    run_id = await _start(store, execution_timeout=0.05)
+    due = await _due(store, run_id)
+
+    async def past() -> bool:
+        return datetime.now(UTC) > due
+
+    await wait_until(past, timeout=10)
+    return run_id
+
+
 async def _status(store: Store, run_id: str) -> str:
     return (await store.load_state(run_id)).status
+
+
+async def _timed_out(store: Store, run_id: str) -> bool:
+    return await _status(store, run_id) == "timed_out"
 
 
 async def test_a_pass_fires_what_is_due_and_says_when_the_next_comes_in_one_read(
@@ -36,49 +62,106 @@ async def test_a_pass_fires_what_is_due_and_says_when_the_next_comes_in_one_read
     try:
         assert await scanner.fire_due() == (0, None)  # no deadline at all
 
-        soon = await _start(store, execution_timeout=0.2)
         later = await _start(store, execution_timeout=3600)
-        due_later = (await store.earliest_deadlines(10))[-1].due
-        assert due_later > datetime.now(UTC) + timedelta(minutes=59)
-
+        due_later = await _due(store, later)
         before = store.stats.statements
-        [first] = await store.earliest_deadlines(1)
+        await store.deadlines_due_and_next(datetime.now(UTC), 1)
         one_read = store.stats.statements - before
-        assert await scanner.fire_due() == (0, first.due)
+        assert await scanner.fire_due() == (0, due_later)
         assert store.stats.statements - before == 2 * one_read  # nothing due: one read
 
-        await asyncio.sleep(0.3)
-        fired, nxt = await scanner.fire_due()
-        assert (fired, nxt) == (1, due_later)
+        soon = await _overdue(store)
+        assert await scanner.fire_due() == (1, due_later)
         assert await _status(store, soon) == "timed_out"
         assert await _status(store, later) == "open"
     finally:
         await store.close()
 
 
-async def test_a_due_deadline_that_cannot_fire_is_looked_at_again_soon(
-    postgres_url: str,
+async def test_more_due_than_a_read_brings_all_fire_in_one_pass(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    store = await Store.open(postgres_url)
+    monkeypatch.setattr(scanner_module, "_BATCH", 2)
+    store = await Store.open(db_url)
     scanner = DeadlineScanner(store, Metrics())
     try:
-        held = await _start(store, execution_timeout=0.1)
-        await _start(store, execution_timeout=3600)
-        await asyncio.sleep(0.2)
-        [busy] = [d for d in await store.earliest_deadlines(10) if d.run_id == held]
+        overdue = [await _overdue(store) for _ in range(5)]
+        assert await scanner.fire_due() == (5, None)
+        assert [await _status(store, r) for r in overdue] == ["timed_out"] * 5
+    finally:
+        await store.close()
 
-        # Another transaction holds the run: its deadline is due but cannot fire,
-        # so the pass says to look again at its due time (already past), not at
-        # the next one an hour away.
-        holder = create_engine(migrate.sync_url(postgres_url))
+
+async def test_a_due_deadline_that_cannot_fire_is_looked_at_again_soon(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scanner_module, "_BATCH", 2)
+    store = await Store.open(postgres_url)
+    scanner = DeadlineScanner(store, Metrics())
+    holder = create_engine(migrate.sync_url(postgres_url))
+    try:
+        held = [await _overdue(store) for _ in range(3)]
+        await _start(store, execution_timeout=3600)
+        first_due = await _due(store, held[0])
+
+        # Other transactions hold the runs: their deadlines are due but cannot
+        # fire, so the pass (which reads them all: a whole batch that did not
+        # move is not read again) says to look again at the first one's due
+        # time, already past, not at the next one an hour away.
         with holder.connect() as conn:
-            conn.execute(text("SELECT 1 FROM runs WHERE run_id = :r FOR UPDATE"), {"r": held})
-            assert await scanner.fire_due() == (0, busy.due)
+            for run_id in held:
+                conn.execute(text("SELECT 1 FROM runs WHERE run_id = :r FOR UPDATE"), {"r": run_id})
+            assert await scanner.fire_due() == (0, first_due)
             conn.rollback()
-        holder.dispose()
 
         fired, nxt = await scanner.fire_due()
-        assert fired == 1 and nxt is not None and nxt > datetime.now(UTC) + timedelta(minutes=59)
-        assert await _status(store, held) == "timed_out"
+        assert fired == 3 and nxt is not None and nxt > datetime.now(UTC) + timedelta(minutes=59)
+        assert [await _status(store, r) for r in held] == ["timed_out"] * 3
     finally:
+        holder.dispose()
+        await store.close()
+
+
+async def test_hints_during_a_pass_set_the_next_look_without_passing_at_once(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # A long recheck: a pass that comes early can only be a hint's doing.
+    monkeypatch.setattr(scanner_module, "_IDLE_RECHECK", 30.0)
+    store = await Store.open(db_url)
+    scanner = DeadlineScanner(store, Metrics())
+    await _start(store, execution_timeout=3600)
+    reads = 0
+    read = store.deadlines_due_and_next
+
+    async def counted(*args: Any) -> Any:
+        nonlocal reads
+        reads += 1
+        # Commits on this node during the pass, as under load: deadlines an
+        # hour away, which must not start the next pass at once.
+        scanner.hint(datetime.now(UTC).timestamp() + 3600)
+        return await read(*args)
+
+    monkeypatch.setattr(store, "deadlines_due_and_next", counted)
+    task = asyncio.create_task(scanner.run())
+
+    async def read_since(count: int) -> bool:
+        return reads > count
+
+    try:
+        await wait_until(lambda: read_since(0), timeout=10)
+        for _ in range(20):
+            scanner.hint(datetime.now(UTC).timestamp() + 3600)
+            await asyncio.sleep(0.02)
+        assert reads == 1
+
+        # A deadline sooner than the next look is looked at when it comes due,
+        # long before the recheck.
+        soon = await _start(store, execution_timeout=0.5)
+        scanner.hint((await _due(store, soon)).timestamp())
+        await wait_until(lambda: _timed_out(store, soon), timeout=10)
+        assert reads <= 4  # the hint's pass, the one at its due time, maybe one more
+    finally:
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
         await store.close()
