@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
@@ -19,6 +21,15 @@ from orchestrator.store.store import Store
 from orchestrator.timers import scanner as scanner_module
 from orchestrator.timers.scanner import DeadlineScanner
 from tests.helpers import wait_until
+
+
+@asynccontextmanager
+async def _scanning(url: str) -> AsyncIterator[tuple[Store, DeadlineScanner]]:
+    store = await Store.open(url)
+    try:
+        yield store, DeadlineScanner(store, Metrics())
+    finally:
+        await store.close()
 
 
 async def _start(store: Store, execution_timeout: float) -> str:
@@ -57,9 +68,7 @@ async def _timed_out(store: Store, run_id: str) -> bool:
 async def test_a_pass_fires_what_is_due_and_says_when_the_next_comes_in_one_read(
     db_url: str,
 ) -> None:
-    store = await Store.open(db_url)
-    scanner = DeadlineScanner(store, Metrics())
-    try:
+    async with _scanning(db_url) as (store, scanner):
         assert await scanner.fire_due() == (0, None)  # no deadline at all
 
         later = await _start(store, execution_timeout=3600)
@@ -74,52 +83,47 @@ async def test_a_pass_fires_what_is_due_and_says_when_the_next_comes_in_one_read
         assert await scanner.fire_due() == (1, due_later)
         assert await _status(store, soon) == "timed_out"
         assert await _status(store, later) == "open"
-    finally:
-        await store.close()
 
 
 async def test_more_due_than_a_read_brings_all_fire_in_one_pass(
     db_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(scanner_module, "_BATCH", 2)
-    store = await Store.open(db_url)
-    scanner = DeadlineScanner(store, Metrics())
-    try:
+    async with _scanning(db_url) as (store, scanner):
         overdue = [await _overdue(store) for _ in range(5)]
         assert await scanner.fire_due() == (5, None)
         assert [await _status(store, r) for r in overdue] == ["timed_out"] * 5
-    finally:
-        await store.close()
 
 
 async def test_a_due_deadline_that_cannot_fire_is_looked_at_again_soon(
     postgres_url: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     monkeypatch.setattr(scanner_module, "_BATCH", 2)
-    store = await Store.open(postgres_url)
-    scanner = DeadlineScanner(store, Metrics())
     holder = create_engine(migrate.sync_url(postgres_url))
     try:
-        held = [await _overdue(store) for _ in range(3)]
-        await _start(store, execution_timeout=3600)
-        first_due = await _due(store, held[0])
+        async with _scanning(postgres_url) as (store, scanner):
+            held = [await _overdue(store) for _ in range(3)]
+            await _start(store, execution_timeout=3600)
+            first_due = await _due(store, held[0])
 
-        # Other transactions hold the runs: their deadlines are due but cannot
-        # fire, so the pass (which reads them all: a whole batch that did not
-        # move is not read again) says to look again at the first one's due
-        # time, already past, not at the next one an hour away.
-        with holder.connect() as conn:
-            for run_id in held:
-                conn.execute(text("SELECT 1 FROM runs WHERE run_id = :r FOR UPDATE"), {"r": run_id})
-            assert await scanner.fire_due() == (0, first_due)
-            conn.rollback()
+            # Other transactions hold the runs: their deadlines are due but
+            # cannot fire, so the pass (which reads them all: a whole batch that
+            # did not move is not read again) says to look again at the first
+            # one's due time, already past, not at the next one an hour away.
+            with holder.connect() as conn:
+                for run_id in held:
+                    conn.execute(
+                        text("SELECT 1 FROM runs WHERE run_id = :r FOR UPDATE"), {"r": run_id}
+                    )
+                assert await scanner.fire_due() == (0, first_due)
+                conn.rollback()
 
-        fired, nxt = await scanner.fire_due()
-        assert fired == 3 and nxt is not None and nxt > datetime.now(UTC) + timedelta(minutes=59)
-        assert [await _status(store, r) for r in held] == ["timed_out"] * 3
+            fired, nxt = await scanner.fire_due()
+            assert fired == 3 and nxt is not None
+            assert nxt > datetime.now(UTC) + timedelta(minutes=59)
+            assert [await _status(store, r) for r in held] == ["timed_out"] * 3
     finally:
         holder.dispose()
-        await store.close()
 
 
 async def test_hints_during_a_pass_set_the_next_look_without_passing_at_once(
@@ -127,41 +131,38 @@ async def test_hints_during_a_pass_set_the_next_look_without_passing_at_once(
 ) -> None:
     # A long recheck: a pass that comes early can only be a hint's doing.
     monkeypatch.setattr(scanner_module, "_IDLE_RECHECK", 30.0)
-    store = await Store.open(db_url)
-    scanner = DeadlineScanner(store, Metrics())
-    await _start(store, execution_timeout=3600)
-    reads = 0
-    read = store.deadlines_due_and_next
+    async with _scanning(db_url) as (store, scanner):
+        await _start(store, execution_timeout=3600)
+        reads = 0
+        read = store.deadlines_due_and_next
 
-    async def counted(*args: Any) -> Any:
-        nonlocal reads
-        reads += 1
-        # Commits on this node during the pass, as under load: deadlines an
-        # hour away, which must not start the next pass at once.
-        scanner.hint(datetime.now(UTC).timestamp() + 3600)
-        return await read(*args)
-
-    monkeypatch.setattr(store, "deadlines_due_and_next", counted)
-    task = asyncio.create_task(scanner.run())
-
-    async def read_since(count: int) -> bool:
-        return reads > count
-
-    try:
-        await wait_until(lambda: read_since(0), timeout=10)
-        for _ in range(20):
+        async def counted(*args: Any) -> Any:
+            nonlocal reads
+            reads += 1
+            # Commits on this node during the pass, as under load: deadlines an
+            # hour away, which must not start the next pass at once.
             scanner.hint(datetime.now(UTC).timestamp() + 3600)
-            await asyncio.sleep(0.02)
-        assert reads == 1
+            return await read(*args)
 
-        # A deadline sooner than the next look is looked at when it comes due,
-        # long before the recheck.
-        soon = await _start(store, execution_timeout=0.5)
-        scanner.hint((await _due(store, soon)).timestamp())
-        await wait_until(lambda: _timed_out(store, soon), timeout=10)
-        assert reads <= 4  # the hint's pass, the one at its due time, maybe one more
-    finally:
-        task.cancel()
-        with pytest.raises(asyncio.CancelledError):
-            await task
-        await store.close()
+        async def read_once() -> bool:
+            return reads > 0
+
+        monkeypatch.setattr(store, "deadlines_due_and_next", counted)
+        task = asyncio.create_task(scanner.run())
+        try:
+            await wait_until(read_once, timeout=10)
+            for _ in range(20):
+                scanner.hint(datetime.now(UTC).timestamp() + 3600)
+                await asyncio.sleep(0.02)
+            assert reads == 1
+
+            # A deadline sooner than the next look is looked at when it comes
+            # due, long before the recheck.
+            soon = await _start(store, execution_timeout=0.5)
+            scanner.hint((await _due(store, soon)).timestamp())
+            await wait_until(lambda: _timed_out(store, soon), timeout=10)
+            assert reads <= 4  # the hint's pass, the one at its due time, maybe one more
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
