@@ -39,7 +39,8 @@ class DeadlineScanner:
         self._passing = False
 
     def hint(self, due: float) -> None:
-        """A commit on this node created a deadline; wake early if it is sooner."""
+        """A commit on this node created a deadline: wake early if it is sooner
+        than the next look; while a pass runs, keep it for the next look."""
         if self._passing:
             if self._hinted is None or due < self._hinted:
                 self._hinted = due
@@ -48,7 +49,8 @@ class DeadlineScanner:
 
     async def run(self) -> None:
         while True:
-            fired, nxt = 0, None
+            fired: int = 0
+            nxt: datetime | None = None
             self._passing, self._hinted = True, None
             try:
                 fired, nxt = await self.fire_due()
@@ -95,7 +97,7 @@ class DeadlineScanner:
                 continue  # more were due than one read brings, and these moved
             if first_unfired is not None:
                 return fired, first_unfired
-            return fired, rows[len(due)].due if len(rows) > len(due) else None
+            return fired, next((row.due for row in rows if row.due > now), None)
 
     async def _fire(self, row: DueDeadline) -> bool:
         try:
