@@ -168,3 +168,33 @@ async def test_a_deadline_hinted_during_a_pass_is_looked_at_when_due_and_no_soon
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+
+
+async def test_a_pass_that_fails_keeps_its_hints_and_the_next_pass_fires(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(scanner_module, "_IDLE_RECHECK", 30.0)
+    async with _scanning(db_url) as (store, scanner):
+        soon: list[str] = []
+        read = store.deadlines_due_and_next
+
+        async def failing_once(*args: Any) -> Any:
+            if not soon:
+                # The database goes away during the first pass, after a commit
+                # here made a deadline that pass cannot have seen.
+                soon.append(await _start(store, execution_timeout=0.5))
+                scanner.hint((await _due(store, soon[0])).timestamp())
+                raise OSError("connection lost")
+            return await read(*args)
+
+        async def soon_timed_out() -> bool:
+            return bool(soon) and await _timed_out(store, soon[0])
+
+        monkeypatch.setattr(store, "deadlines_due_and_next", failing_once)
+        task = asyncio.create_task(scanner.run())
+        try:
+            await wait_until(soon_timed_out, timeout=10)  # (the recheck alone: 30 s)
+        finally:
+            task.cancel()
+            with pytest.raises(asyncio.CancelledError):
+                await task
