@@ -13,7 +13,7 @@ import structlog
 from grpc_health.v1 import health, health_pb2, health_pb2_grpc
 from grpc_reflection.v1alpha import reflection
 
-from orchestrator.api import handlers
+from orchestrator.api import handlers, lanes
 from orchestrator.api.admin import AdminService
 from orchestrator.api.doctor import Doctor
 from orchestrator.api.guard import Guard
@@ -64,6 +64,7 @@ class Server:
         self._grpc: grpc.aio.Server | None = None
         self._store: Store | None = None
         self._service: WorkflowService | None = None
+        self._lanes: lanes.Lanes | None = None
         self._admin: AdminService | None = None
         self._scanner: DeadlineScanner | None = None
         self._health = health.aio.HealthServicer()
@@ -162,10 +163,18 @@ class Server:
         )
         services = service_pb2.DESCRIPTOR.services_by_name
         handlers.register(server, self._service, services["WorkflowService"])
+        self._lanes = lanes.Lanes(self._service, services["WorkflowService"])
+        lanes.register(server, self._lanes)
         handlers.register(server, admin, admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         reflection.enable_server_reflection(
-            (SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME),
+            (
+                SERVICE_NAME,
+                ADMIN_SERVICE_NAME,
+                lanes.SERVICE.full_name,
+                health.SERVICE_NAME,
+                reflection.SERVICE_NAME,
+            ),
             server,
         )
         if self.tls is not None:
@@ -395,6 +404,8 @@ class Server:
             self._service.draining = True
         await self._say(node_rows.DRAINING)
         self._wakeups.wake_all()
+        if self._lanes is not None:
+            self._lanes.close()
         await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(grace)

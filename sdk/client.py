@@ -9,6 +9,7 @@ a refusal for the caller's request rate after the wait the server asks for (see
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import socket
 import uuid
@@ -43,9 +44,10 @@ from sdk.errors import (
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.in_process import InProcess
+from sdk.lanes import LANE_METHODS, Lanes, LanesUnsupported
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleCalls
-from sdk.tls import TlsConfig, diagnose, looks_like_tls, tls_config
+from sdk.tls import TlsConfig, diagnose, looks_like_tls, open_channel, tls_config
 from sdk.visibility import VisibilityCalls
 from sdk.workflows import (
     ForcedRelease,
@@ -130,6 +132,7 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         self._channel: grpc.aio.Channel | None = None
         self._stub: sg.WorkflowServiceStub | None = None
         self._admin: ag.AdminServiceStub | None = None
+        self._lanes: Lanes | None = None
         self._own_connection = False
         self.in_process = in_process
         """Set (`weft server --embed`): calls go to the node's services in this
@@ -162,7 +165,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
 
     async def close(self) -> None:
         if self._channel is not None:
-            channel, self._channel, self._stub, self._admin = self._channel, None, None, None
+            channel, self._channel = self._channel, None
+            self._stub, self._admin, self._lanes = None, None, None
             await channel.close()
 
     # -- starting and steering workflows ----------------------------------------------
@@ -450,9 +454,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 timeout.total_seconds() if timeout is not None else None,
             )
         except TimeoutError:
-            raise DeadlineExceededError(
-                f"workflow {workflow_id} did not close within {timeout}"
-            ) from None
+            why = f"workflow {workflow_id} did not close within {timeout}"
+            raise DeadlineExceededError(why) from None
 
     async def _result(self, workflow_id: str, run_id: str) -> Any:
         while True:
@@ -540,11 +543,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         delays = self.retry.delays()
         seconds = timeout.total_seconds() if timeout is not None else None
         while True:
-            call = getattr(
-                self._admin_service() if method in _ADMIN_METHODS else self._service(), method
-            )
             try:
-                return await call(request, timeout=seconds, metadata=self._metadata)
+                return await self._call(method, request, seconds)
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if not retried:
@@ -570,31 +570,31 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 log.debug("rpc.retry", method=method, wait=round(wait, 3), error=exc.details())
                 await asyncio.sleep(wait)
 
+    async def _call(self, method: str, request: Message, timeout: float | None) -> Any:
+        """One call of `method`: a worker's task calls on lanes (`sdk.lanes`)."""
+        if method in _ADMIN_METHODS:
+            stub = self._admin_service()
+        else:
+            stub, lanes = self._service(), self._lanes
+            if lanes is not None and lanes.supported and method in LANE_METHODS:
+                with contextlib.suppress(LanesUnsupported):
+                    return await lanes.call(method, request, timeout)
+        return await getattr(stub, method)(request, timeout=timeout, metadata=self._metadata)
+
     def _service(self) -> Any:
         if self.in_process is not None:
             return self.in_process.workflow
         if self._stub is None:
-            options: list[tuple[str, Any]] = [
-                ("grpc.max_receive_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.max_send_message_length", MAX_MESSAGE_BYTES),
-                ("grpc.use_local_subchannel_pool", 1 if self._own_connection else 0),
-            ]
-            if self.tls is None:
-                self._channel = grpc.aio.insecure_channel(self.address, options=options)
-            else:
-                self._channel = grpc.aio.secure_channel(
-                    self.address,
-                    self.tls.credentials(),
-                    options=options + self.tls.channel_options(),
-                )
+            self._channel = open_channel(
+                self.address, self.tls, MAX_MESSAGE_BYTES, own_connection=self._own_connection
+            )
             self._stub = sg.WorkflowServiceStub(self._channel)
+            self._admin = ag.AdminServiceStub(self._channel)
+            self._lanes = Lanes(self._channel, self._metadata)
         return self._stub
 
     def _admin_service(self) -> Any:
         if self.in_process is not None:
             return self.in_process.admin
-        if self._admin is None:
-            self._service()  # opens the channel
-            assert self._channel is not None
-            self._admin = ag.AdminServiceStub(self._channel)
+        self._service()  # (opens the channel and its stubs)
         return self._admin

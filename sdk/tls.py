@@ -91,6 +91,23 @@ def tls_config(tls: TlsConfig | bool | None) -> TlsConfig | None:
     return tls
 
 
+def open_channel(
+    address: str, tls: TlsConfig | None, max_message: int, *, own_connection: bool
+) -> grpc.aio.Channel:
+    """A channel to `address`, plaintext or over `tls`; with `own_connection`, on
+    a connection not shared with other channels to the address."""
+    options: list[tuple[str, Any]] = [
+        ("grpc.max_receive_message_length", max_message),
+        ("grpc.max_send_message_length", max_message),
+        ("grpc.use_local_subchannel_pool", 1 if own_connection else 0),
+    ]
+    if tls is None:
+        return grpc.aio.insecure_channel(address, options=options)
+    return grpc.aio.secure_channel(
+        address, tls.credentials(), options=options + tls.channel_options()
+    )
+
+
 def looks_like_tls(details: str) -> bool:
     """Whether an UNAVAILABLE status's details may hide a TLS problem (worth a probe)."""
     lowered = details.lower()

@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable, Sequence
+from collections.abc import Awaitable, Callable, Iterable, Mapping, Sequence
 from typing import Any, NoReturn
 
 import grpc
@@ -46,8 +46,9 @@ sightings and the audit lines show it)."""
 Handler = Callable[[Any, Any], Awaitable[Message]]
 
 
-class _Aborted(grpc.aio.AbortError):
-    """What `abort` raises in a handler: `grpc_errors` lets AbortError through."""
+class Aborted(grpc.aio.AbortError):
+    """What `abort` raises in a handler called without its own gRPC call (in
+    process, or on a lane): `grpc_errors` lets AbortError through."""
 
     def __init__(self, code: grpc.StatusCode, details: str, trailers: Sequence[Any]) -> None:
         super().__init__(details)
@@ -56,25 +57,34 @@ class _Aborted(grpc.aio.AbortError):
         self.trailers = tuple(trailers)
 
 
-class _Context:
-    """The parts of `grpc.aio.ServicerContext` Weft's handlers use."""
+class CallContext:
+    """The parts of `grpc.aio.ServicerContext` Weft's handlers use, for a call
+    that has no gRPC call of its own: in process (no TLS, the peer `PEER`), or
+    on a lane (the stream's metadata, certificate and peer)."""
 
-    def __init__(self, metadata: Sequence[tuple[str, str]] | None) -> None:
+    def __init__(
+        self,
+        metadata: Sequence[tuple[str, str]] | None,
+        auth: Mapping[str, Iterable[bytes]] | None = None,
+        peer: str = PEER,
+    ) -> None:
         self._metadata = tuple(metadata or ())
+        self._auth = auth or {}
+        self._peer = peer
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: Sequence[Any] = ()
     ) -> NoReturn:
-        raise _Aborted(code, details, trailing_metadata)
+        raise Aborted(code, details, trailing_metadata)
 
     def invocation_metadata(self) -> tuple[tuple[str, str], ...]:
         return self._metadata
 
-    def auth_context(self) -> dict[str, list[bytes]]:
-        return {}  # no TLS in between: no certificate to read a principal from
+    def auth_context(self) -> Mapping[str, Iterable[bytes]]:
+        return self._auth  # in process: no TLS in between, no certificate
 
     def peer(self) -> str:
-        return PEER
+        return self._peer
 
 
 def _status(
@@ -109,9 +119,9 @@ class _Method:
         try:
             async with asyncio.timeout(timeout):
                 response = await self._handler(
-                    self._parse(request.SerializeToString()), _Context(metadata)
+                    self._parse(request.SerializeToString()), CallContext(metadata)
                 )
-        except _Aborted as exc:
+        except Aborted as exc:
             failure = _status(exc.code, exc.details, exc.trailers)
         except TimeoutError:
             failure = _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")

@@ -10,12 +10,17 @@ from `orchestrator.auth.grants`), so a change to the rules has to change it too.
 
 from __future__ import annotations
 
+import functools
+from collections.abc import Awaitable, Callable, Iterable
+from typing import Any
+
 import grpc
 
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
+from sdk.lanes import Lanes
 from tests.e2e.security import auth_matrix_setup
 from tests.e2e.security.auth_matrix_setup import (
     BAD_CREDENTIALS,
@@ -151,25 +156,57 @@ def test_every_rpc_is_in_the_table() -> None:
 
 
 async def test_every_rpc_by_every_caller(setup: Setup) -> None:
-    wrong: list[str] = []
-    build = requests(setup)
     async with grpc.aio.insecure_channel(f"127.0.0.1:{setup.server.port}") as channel:
         stubs = (sg.WorkflowServiceStub(channel), ag.AdminServiceStub(channel))
-        for rpc in ALLOWED:
-            call = getattr(stubs[1] if rpc in ADMIN_RPCS else stubs[0], rpc)
-            for who in (*CALLERS, "none", "garbage", "unknown-key", "wrong-secret"):
-                want = expected(rpc, who)
-                before = await setup.history_length()
-                try:
-                    await call(build[rpc](), metadata=setup.metadata(who), timeout=10)
-                    got = OK
-                    detail = ""
-                except grpc.aio.AioRpcError as exc:
-                    got, detail = exc.code(), exc.details() or ""
-                if got != want:
-                    wrong.append(f"{rpc} by {who}: {got.name} (wanted {want.name}) {detail}")
-                if want in (DENIED, UNAUTH) and await setup.history_length() != before:
-                    wrong.append(f"{rpc} by {who} was refused but appended to the run")
-                if want in (DENIED, UNAUTH) and not detail:
-                    wrong.append(f"{rpc} by {who}: refused without a message")
+
+        def unary(rpc: str, who: str) -> Call:
+            stub = stubs[1] if rpc in ADMIN_RPCS else stubs[0]
+            return functools.partial(getattr(stub, rpc), metadata=setup.metadata(who))
+
+        wrong = await _matrix(setup, ALLOWED, unary)
     assert not wrong, "\n".join(wrong)
+
+
+async def test_every_workflow_rpc_by_every_caller_on_a_lane(setup: Setup) -> None:
+    """A lane (`LaneService.Exchange`, opened with the caller's credentials) is
+    no second door: every WorkflowService call on it gets the unary status."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{setup.server.port}") as channel:
+        lanes: dict[str, Lanes] = {}
+
+        def on_lane(rpc: str, who: str) -> Call:
+            lane = lanes.setdefault(who, Lanes(channel, setup.metadata(who)))
+            return lambda request, timeout: lane.call(rpc, request, timeout)
+
+        rpcs = [rpc for rpc in ALLOWED if rpc not in ADMIN_RPCS]
+        wrong = await _matrix(setup, rpcs, on_lane)
+        assert all(lane.supported for lane in lanes.values())
+    assert not wrong, "\n".join(wrong)
+
+
+Call = Callable[..., Awaitable[Any]]
+
+
+async def _matrix(
+    setup: Setup, rpcs: Iterable[str], call_of: Callable[[str, str], Call]
+) -> list[str]:
+    """Each of `rpcs` by every caller, as `call_of(rpc, who)` sends it: what
+    differs from the table."""
+    wrong: list[str] = []
+    build = requests(setup)
+    for rpc in rpcs:
+        for who in (*CALLERS, "none", "garbage", "unknown-key", "wrong-secret"):
+            want = expected(rpc, who)
+            before = await setup.history_length()
+            try:
+                await call_of(rpc, who)(build[rpc](), timeout=10)
+                got = OK
+                detail = ""
+            except grpc.aio.AioRpcError as exc:
+                got, detail = exc.code(), exc.details() or ""
+            if got != want:
+                wrong.append(f"{rpc} by {who}: {got.name} (wanted {want.name}) {detail}")
+            if want in (DENIED, UNAUTH) and await setup.history_length() != before:
+                wrong.append(f"{rpc} by {who} was refused but appended to the run")
+            if want in (DENIED, UNAUTH) and not detail:
+                wrong.append(f"{rpc} by {who}: refused without a message")
+    return wrong

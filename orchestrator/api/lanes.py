@@ -1,0 +1,140 @@
+"""`LaneService.Exchange`: a worker's calls of WorkflowService over one stream.
+
+A unary call costs the server a whole gRPC call (its set-up, metadata, status,
+and grpc.aio's accept loop and task); a message on an open stream costs about a
+third of that, here and in the worker (bench/README.md, "Lanes"). The SDK's
+workers keep a stream per poll lane and send their polls and answers on it.
+
+Each `LaneCall` is answered by one `LaneAnswer`, in order: the call goes through
+the same handler as its unary twin (`errors.grpc_errors`: validation, the guard
+on the stream's credentials, metrics, the audit line), and a refusal comes back
+as the code, text and trailers the unary call would have ended with. A call runs
+in the stream's own task, so a worker that cancels the stream (a stop, a
+deadline of its own) cancels the call in flight, as it would a unary call.
+
+At a drain, a stream waiting for its next call is ended, and one answering a
+call ends after its answer: nothing holds the server's grace.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import AsyncIterator
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.descriptor import ServiceDescriptor
+
+from sdk.api.weft.v1 import lanes_pb2 as pb
+
+from .handlers import MalformedRequest, lenient
+from .in_process import Aborted, CallContext, Handler
+
+SERVICE = pb.DESCRIPTOR.services_by_name["LaneService"]
+
+Parse = Any  # (bytes -> a request message, or MalformedRequest)
+
+
+class Lanes:
+    """The lanes of one node, over its `service` (the WorkflowService servicer)."""
+
+    def __init__(self, service: Any, methods: ServiceDescriptor) -> None:
+        self._methods: dict[str, tuple[Handler, Parse]] = {
+            m.name: (
+                getattr(service, m.name),
+                lenient(message_factory.GetMessageClass(m.input_type)),
+            )
+            for m in methods.methods
+        }
+        self._waiting: set[asyncio.Task[Any]] = set()
+        self._closing = False
+        self.open = 0
+        """Streams open now."""
+
+    async def Exchange(
+        self,
+        calls: AsyncIterator[Any],
+        context: grpc.aio.ServicerContext[Any, pb.LaneAnswer],
+    ) -> None:
+        task = asyncio.current_task()
+        assert task is not None
+        caller = CallContext(
+            tuple(context.invocation_metadata() or ()),  # type: ignore[arg-type]
+            context.auth_context(),
+            context.peer(),
+        )
+        self.open += 1
+        try:
+            await self._serve(context, caller, task)
+        finally:
+            self.open -= 1
+
+    async def _serve(
+        self,
+        context: grpc.aio.ServicerContext[Any, pb.LaneAnswer],
+        caller: CallContext,
+        task: asyncio.Task[Any],
+    ) -> None:
+        while not self._drained():
+            self._waiting.add(task)
+            try:
+                call = await context.read()
+            except asyncio.CancelledError:
+                if self._drained():
+                    return  # ended by the drain while waiting: no call was taken
+                raise
+            finally:
+                self._waiting.discard(task)
+            if call is grpc.aio.EOF:
+                return
+            await context.write(await self._answer(call, caller))
+
+    def _drained(self) -> bool:
+        return self._closing
+
+    def close(self) -> None:
+        """The node drains: streams waiting for a call end now, the others
+        after the answer they owe."""
+        self._closing = True
+        for task in list(self._waiting):
+            task.cancel()
+
+    async def _answer(
+        self, call: pb.LaneCall | MalformedRequest, caller: CallContext
+    ) -> pb.LaneAnswer:
+        if isinstance(call, MalformedRequest):
+            return pb.LaneAnswer(
+                code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
+                details=f"the message is not a valid {call.message}: {call.error}",
+            )
+        found = self._methods.get(call.method)
+        if found is None:
+            return pb.LaneAnswer(
+                code=grpc.StatusCode.UNIMPLEMENTED.value[0],
+                details=f"no method {call.method[:100]!r} in WorkflowService",
+            )
+        handler, parse = found
+        try:
+            response = await handler(parse(call.request), caller)
+        except Aborted as exc:
+            return pb.LaneAnswer(
+                code=exc.code.value[0],
+                details=exc.details,
+                trailers=[pb.LaneTrailer(key=k, value=v) for k, v in exc.trailers],
+            )
+        return pb.LaneAnswer(response=response.SerializeToString())
+
+
+def register(server: grpc.aio.Server, lanes: Lanes) -> None:
+    handlers = {
+        "Exchange": grpc.stream_stream_rpc_method_handler(
+            lanes.Exchange,
+            request_deserializer=lenient(pb.LaneCall),
+            response_serializer=pb.LaneAnswer.SerializeToString,
+        )
+    }
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(SERVICE.full_name, handlers),)
+    )
+    server.add_registered_method_handlers(SERVICE.full_name, handlers)

@@ -1,0 +1,135 @@
+"""A worker's polls and answers sent on streams of `LaneService.Exchange`.
+
+A message on an open stream costs the server and the worker about a third of a
+unary call (bench/README.md, "Lanes"), and a worker sends two calls per
+activity, so `AsyncClient` sends the task methods (`LANE_METHODS`) this way:
+each call takes an idle stream (or opens one), sends its request, reads the
+answer, and gives the stream back. There are as many streams as calls were
+ever in flight at once, one per poll lane in a worker.
+
+A call on a stream behaves as the unary call does for its caller: the same
+answer, the same `grpc.aio.AioRpcError` for a refusal (code, text, trailers),
+its timeout as a deadline (DEADLINE_EXCEEDED), and a cancelled caller cancels
+the call in the server. A stream that broke or ended before the answer raises
+UNAVAILABLE, as a lost connection does. A server without `LaneService` (older
+than this SDK) is called unary from then on.
+"""
+
+from __future__ import annotations
+
+import asyncio
+from collections.abc import Sequence
+from typing import Any
+
+import grpc
+from google.protobuf import message_factory
+from google.protobuf.message import Message
+
+from sdk.api.weft.v1 import lanes_pb2 as pb
+from sdk.api.weft.v1 import service_pb2
+
+LANE_METHODS = frozenset(
+    {
+        "PollForDecisionTask",
+        "RespondDecisionTaskCompleted",
+        "RespondDecisionTaskFailed",
+        "PollForActivityTask",
+        "RecordActivityHeartbeat",
+        "RespondActivityTaskCompleted",
+        "RespondActivityTaskFailed",
+        "RespondActivityTaskCanceled",
+    }
+)
+"""The WorkflowService methods a client sends on lanes: a worker's task calls."""
+
+_EXCHANGE = "/weft.v1.LaneService/Exchange"
+_METHODS = service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].methods_by_name
+_RESPONSES: dict[str, type[Message]] = {
+    name: message_factory.GetMessageClass(m.output_type) for name, m in _METHODS.items()
+}
+
+Metadata = Sequence[tuple[str, str]] | None
+
+
+Stream = grpc.aio.StreamStreamCall[Any, pb.LaneAnswer]
+
+
+class LanesUnsupported(Exception):
+    """The server has no `LaneService`: nothing was sent; call it unary."""
+
+
+def _status(
+    code: grpc.StatusCode, details: str, trailers: Sequence[tuple[str, str]] = ()
+) -> grpc.aio.AioRpcError:
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
+
+
+_CODES = {code.value[0]: code for code in grpc.StatusCode}
+
+
+class Lanes:
+    """The streams of one channel, reused call after call."""
+
+    def __init__(self, channel: grpc.aio.Channel, metadata: Metadata) -> None:
+        self._open = channel.stream_stream(
+            _EXCHANGE,
+            request_serializer=pb.LaneCall.SerializeToString,
+            response_deserializer=pb.LaneAnswer.FromString,
+        )
+        self._metadata = tuple(metadata or ())
+        self._idle: list[Stream] = []
+        self.supported = True
+        """False once the server said it has no `LaneService`."""
+
+    async def call(self, method: str, request: Message, timeout: float | None) -> Any:
+        """`WorkflowService.<method>(request)` on a stream, as the unary call would
+        answer or fail; `LanesUnsupported` if the server has no lanes."""
+        message = pb.LaneCall(method=method, request=request.SerializeToString())
+        stream = self._take()
+        try:
+            async with asyncio.timeout(timeout):
+                try:
+                    await stream.write(message)
+                except asyncio.InvalidStateError:
+                    # It ended before this call was sent (the server drained
+                    # it, or the connection went): the call goes on a new one.
+                    stream = self._open(metadata=self._metadata)
+                    await stream.write(message)
+                answer = await stream.read()
+        except TimeoutError:
+            stream.cancel()  # (the call in the server too, as a unary deadline does)
+            raise _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        except grpc.aio.AioRpcError as exc:
+            failure = self._broken(exc)
+            if failure is exc:
+                raise
+            raise failure from exc
+        except BaseException:
+            stream.cancel()
+            raise
+        if answer is grpc.aio.EOF:
+            raise _status(grpc.StatusCode.UNAVAILABLE, "the server ended the stream unanswered")
+        self._idle.append(stream)
+        assert isinstance(answer, pb.LaneAnswer)
+        if answer.code:
+            code = _CODES.get(answer.code, grpc.StatusCode.UNKNOWN)
+            raise _status(code, answer.details, [(t.key, t.value) for t in answer.trailers])
+        return _RESPONSES[method].FromString(answer.response)
+
+    def _take(self) -> Stream:
+        while self._idle:
+            stream = self._idle.pop()
+            if not stream.done():  # (one the server ended, or lost, is dropped)
+                return stream
+        return self._open(metadata=self._metadata)
+
+    def _broken(self, exc: grpc.aio.AioRpcError) -> Exception:
+        """What a caller gets for a stream that failed (not a call's refusal)."""
+        code = exc.code()
+        if code == grpc.StatusCode.UNIMPLEMENTED:
+            self.supported = False  # (nothing was sent to a method)
+            return LanesUnsupported(exc.details())
+        if code == grpc.StatusCode.CANCELLED:
+            # Cut by the server (it stopped), not by this caller.
+            return _status(grpc.StatusCode.UNAVAILABLE, "the server ended the stream")
+        return exc

@@ -1,0 +1,209 @@
+"""A worker's calls on lanes (`LaneService.Exchange`, `sdk.lanes`) behave as the
+same calls unary: the same answers and refusals, a deadline that takes no task
+with it, a cancelled caller cancelled in the server, a drain that does not wait
+on them, and a server without lanes called unary. A real node on both databases
+(the permission matrix on lanes is in security/test_auth_matrix.py)."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+from collections.abc import AsyncIterator
+from dataclasses import replace
+from typing import Any
+
+import grpc
+import pytest
+
+from orchestrator.api import handlers
+from orchestrator.config import ServerConfig
+from orchestrator.server import Server
+from sdk import AsyncClient
+from sdk.api.weft.v1 import lanes_pb2 as pb
+from sdk.api.weft.v1 import service_pb2 as s
+from sdk.api.weft.v1 import service_pb2_grpc as sg
+from sdk.errors import InvalidArgumentError
+from sdk.lanes import Lanes
+from tests.e2e.security.auth_matrix_setup import parked
+from tests.helpers import rpc_calls, unique, wait_until
+
+
+def poll(task_list: str) -> s.PollForDecisionTaskRequest:
+    return s.PollForDecisionTaskRequest(task_list=task_list, identity="lane-test")
+
+
+def heartbeat() -> s.RecordActivityHeartbeatRequest:
+    return s.RecordActivityHeartbeatRequest(task_token=b"not a token")
+
+
+async def refusal(call: Any) -> tuple[grpc.StatusCode, str]:
+    with pytest.raises(grpc.aio.AioRpcError) as caught:
+        await call
+    return caught.value.code(), caught.value.details() or ""
+
+
+def lanes_open(server: Server) -> int:
+    assert server._lanes is not None
+    return server._lanes.open
+
+
+async def no_lanes_open(server: Server) -> bool:
+    return lanes_open(server) == 0
+
+
+async def test_a_workers_calls_go_on_one_lane_and_get_their_answers(server: Server) -> None:
+    task_list = unique("tl")
+    async with AsyncClient(f"127.0.0.1:{server.port}") as client:
+        waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
+        await parked(server, "decision", task_list)
+        run = await client.start_workflow("t", None, task_list=task_list)
+        task = await waiting
+        assert task.workflow_execution.run_id == run.run_id
+        assert task.events[-1].type == "DeciderStarted"
+        answer = s.RespondDecisionTaskCompletedRequest(task_token=task.task_token)
+        await client.rpc("RespondDecisionTaskCompleted", answer)
+        assert lanes_open(server) == 1  # (the answer went on the poll's stream)
+    assert rpc_calls(server, "PollForDecisionTask", "OK") == 1
+    assert rpc_calls(server, "RespondDecisionTaskCompleted", "OK") == 1
+
+
+async def test_a_refusal_on_a_lane_is_the_unary_one(
+    server: Server, stub: sg.WorkflowServiceStub
+) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        lanes = Lanes(channel, ())
+        unary = await refusal(stub.RecordActivityHeartbeat(heartbeat(), timeout=10))
+        on_lane = await refusal(lanes.call("RecordActivityHeartbeat", heartbeat(), 10))
+        assert on_lane == unary
+        assert on_lane[0] == grpc.StatusCode.INVALID_ARGUMENT
+        # The stream is still good for the next call.
+        request = s.DescribeWorkflowRequest(namespace="default", execution={"workflow_id": "x"})
+        code, _ = await refusal(lanes.call("DescribeWorkflow", request, 10))
+        assert code == grpc.StatusCode.NOT_FOUND
+        assert lanes_open(server) == 1
+
+
+async def test_bad_messages_on_a_lane_are_refused_and_the_stream_goes_on(server: Server) -> None:
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        raw = channel.stream_stream(
+            "/weft.v1.LaneService/Exchange",
+            request_serializer=lambda b: b,
+            response_deserializer=pb.LaneAnswer.FromString,
+        )()
+        sent: list[tuple[bytes, grpc.StatusCode, str]] = [
+            (b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "not a valid LaneCall"),
+            (
+                pb.LaneCall(method="NoSuchMethod").SerializeToString(),
+                grpc.StatusCode.UNIMPLEMENTED,
+                "no method 'NoSuchMethod'",
+            ),
+            (
+                pb.LaneCall(method="PollForDecisionTask", request=b"\xff\xff").SerializeToString(),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "not a valid PollForDecisionTaskRequest",
+            ),
+            (
+                pb.LaneCall(
+                    method="PollForDecisionTask", request=poll("").SerializeToString()
+                ).SerializeToString(),
+                grpc.StatusCode.INVALID_ARGUMENT,
+                "task_list",
+            ),
+        ]
+        for message, code, words in sent:
+            await raw.write(message)
+            answer = await raw.read()
+            assert isinstance(answer, pb.LaneAnswer)
+            assert (answer.code, answer.response) == (code.value[0], b"")
+            assert words in answer.details
+        raw.cancel()
+
+
+async def test_a_lane_poll_past_its_deadline_takes_no_task_with_it(server: Server) -> None:
+    task_list = unique("tl")
+    async with AsyncClient(f"127.0.0.1:{server.port}") as client:
+        assert client._service() and client._lanes is not None
+        # Shorter than the node's long poll (3 s): the caller's deadline ends it.
+        code, _ = await refusal(client._lanes.call("PollForDecisionTask", poll(task_list), 0.3))
+        assert code == grpc.StatusCode.DEADLINE_EXCEEDED
+        await wait_until(lambda: no_lanes_open(server), timeout=10)  # (cut in the server)
+        run = await client.start_workflow("t", None, task_list=task_list)
+        task = await client.rpc("PollForDecisionTask", poll(task_list))
+        assert task.workflow_execution.run_id == run.run_id, "the expired poll took the task"
+
+
+async def test_a_cancelled_lane_call_is_cancelled_in_the_server(server: Server) -> None:
+    task_list = unique("tl")
+    async with AsyncClient(f"127.0.0.1:{server.port}") as client:
+        waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
+        await parked(server, "decision", task_list)
+        waiting.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await waiting
+        await wait_until(lambda: no_lanes_open(server), timeout=10)
+        assert rpc_calls(server, "PollForDecisionTask", "CANCELLED") == 1
+        run = await client.start_workflow("t", None, task_list=task_list)
+        task = await client.rpc("PollForDecisionTask", poll(task_list))
+        assert task.workflow_execution.run_id == run.run_id, "the cancelled poll took the task"
+
+
+@pytest.fixture
+async def slow_drain(server_config: ServerConfig) -> AsyncIterator[Server]:
+    node = Server(replace(server_config, drain_grace=30.0))
+    await node.start()
+    yield node
+    await node.stop(grace=0.5)
+
+
+async def test_a_drain_ends_idle_lanes_at_once_and_a_new_node_takes_the_calls(
+    slow_drain: Server, server_config: ServerConfig
+) -> None:
+    node = slow_drain
+    task_list = unique("tl")
+    async with AsyncClient(f"127.0.0.1:{node.port}") as client:
+        # One stream with a poll waiting, one idle (its call answered).
+        waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
+        await parked(node, "decision", task_list)
+        with pytest.raises(InvalidArgumentError):
+            await client.rpc("RecordActivityHeartbeat", heartbeat())
+        assert lanes_open(node) == 2
+        began = time.monotonic()
+        await node.stop()
+        assert time.monotonic() - began < 10, "the drain waited on the lanes"
+        assert (await waiting).task_token == b""  # (the waiting poll answered empty)
+        # The client's streams are gone with the node; a node on the same port
+        # takes the next calls on new ones.
+        again = Server(replace(server_config, listen=f"127.0.0.1:{node.port}"))
+        await again.start()
+        try:
+            run = await client.start_workflow("t", None, task_list=task_list)
+            task = await client.rpc("PollForDecisionTask", poll(task_list))
+            assert task.workflow_execution.run_id == run.run_id
+            assert lanes_open(again) == 1
+        finally:
+            await again.stop(grace=0.5)
+
+
+class NoLanes:
+    """A WorkflowService of an older server: polls answered empty, no lanes."""
+
+    def __getattr__(self, name: str) -> Any:
+        async def handler(request: Any, context: Any) -> s.PollForDecisionTaskResponse:
+            return s.PollForDecisionTaskResponse()
+
+        return handler
+
+
+async def test_a_server_without_lanes_is_called_unary() -> None:
+    server = grpc.aio.server()
+    handlers.register(server, NoLanes(), s.DESCRIPTOR.services_by_name["WorkflowService"])
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with AsyncClient(f"127.0.0.1:{port}") as client:
+            for _ in range(2):
+                task = await client.rpc("PollForDecisionTask", poll("tl"))
+                assert task.task_token == b""
+            assert client._lanes is not None and not client._lanes.supported
+    finally:
+        await server.stop(0)
