@@ -3,7 +3,9 @@ what Weft's hot path cannot do without, and nothing else (run as
 `python -m bench.floor PORT DB_URL`, a process of its own like `weft server`).
 
 Weft's workers answer a task and, in the same call, wait for their next one
-(folded polls). So every call to the floor server:
+(folded polls), and send those calls on a stream of their own (lanes). So each
+caller here holds one stream, and every call on it (a message written, its
+answer read) makes the floor server:
 
 1. commits one transition: one prepared single-statement transaction
    (`synchronous_commit` on) that moves a run row on and appends two events
@@ -42,10 +44,10 @@ import grpc
 import psycopg
 
 from bench.append import PAYLOAD
-from bench.echo import Message, serve_method
+from bench.echo import Message
 from bench.stats import ratio
 
-METHOD = "/bench.Floor/Answer"
+METHOD = "/bench.Floor/Lane"
 POOL = 16
 DECIDE, ACT = "decide", "act"
 OTHER_SIDE = {DECIDE: ACT, ACT: DECIDE}
@@ -81,9 +83,14 @@ class FloorServer:
         )
         self._queued: dict[str, collections.deque[int]] = collections.defaultdict(collections.deque)
 
-    async def answer(
-        self, request: Message, context: grpc.aio.ServicerContext[Message, Message]
-    ) -> Message:
+    async def lane(
+        self, requests: AsyncIterator[Message], context: grpc.aio.ServicerContext[Message, Message]
+    ) -> None:
+        """A caller's stream: each message answered in turn."""
+        while isinstance(request := await context.read(), Message):  # (else EOF: its end)
+            await context.write(await self.answer(request))
+
+    async def answer(self, request: Message) -> Message:
         own, run = request.workflow_id, int(request.run_id)
         if run != FIRST_POLL:
             await self._commit(run)
@@ -133,7 +140,19 @@ class FloorServer:
 
 
 async def serve(port: int, conninfo: str) -> None:
-    await serve_method(port, METHOD, FloorServer(conninfo).answer)
+    service, name = METHOD.strip("/").split("/")
+    handler = grpc.stream_stream_rpc_method_handler(
+        FloorServer(conninfo).lane,
+        request_deserializer=Message.FromString,
+        response_serializer=Message.SerializeToString,
+    )
+    server = grpc.aio.server()
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler(service, {name: handler}),)
+    )
+    server.add_insecure_port(f"127.0.0.1:{port}")
+    await server.start()
+    await server.wait_for_termination()
 
 
 @dataclass(frozen=True)
@@ -194,7 +213,7 @@ async def load(
     counted = {decide: 0, act: 0}
     pace = Pace(rate)
     async with grpc.aio.insecure_channel(address) as channel:
-        call = channel.unary_unary(
+        open_lane = channel.stream_stream(
             METHOD,
             request_serializer=Message.SerializeToString,
             response_deserializer=Message.FromString,
@@ -204,11 +223,15 @@ async def load(
         stop_at = measure_from + seconds
 
         async def caller(own: str, run: int) -> None:
+            lane = open_lane()
             while True:
                 answers = run != FIRST_POLL  # (a first poll commits nothing)
                 if answers:
                     await pace.turn()
-                reply = await call(Message(workflow_id=own, run_id=str(run)))
+                await lane.write(Message(workflow_id=own, run_id=str(run)))
+                reply = await lane.read()
+                if not isinstance(reply, Message):
+                    raise RuntimeError(f"the floor server ended a lane: {reply!r}")
                 done = time.perf_counter()
                 if answers and measure_from <= done < stop_at:
                     counted[own] += 1

@@ -67,6 +67,14 @@ class Guard:
         if self._authenticator is not None:
             self._authenticator.forget_all()
 
+    async def authenticate(self, ctx: Ctx) -> None:
+        """Raise UNAUTHENTICATED unless the caller's credentials hold (or
+        authentication is off): what a lane checks before it is served, so that
+        no one without credentials holds a stream open. Each call on it is
+        still let in by `admit`."""
+        if self._authenticator is not None:
+            await self._authenticator.caller(_authorization(ctx), _subjects(ctx))
+
     @asynccontextmanager
     async def admit(self, rpc: str, request: Any, ctx: Ctx) -> AsyncIterator[Caller | None]:
         """Let the call in (as its caller, stamped on what it appends) or raise

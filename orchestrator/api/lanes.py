@@ -12,6 +12,10 @@ as the code, text and trailers the unary call would have ended with. A call runs
 in the stream's own task, so a worker that cancels the stream (a stop, a
 deadline of its own) cancels the call in flight, as it would a unary call.
 
+A stream is refused (UNAUTHENTICATED) to a caller whose credentials do not
+hold, so that no one without them holds one open; each call on it is then let
+in or refused as its unary twin would be.
+
 At a drain, a stream waiting for its next call is ended, and one answering a
 call ends after its answer: nothing holds the server's grace.
 """
@@ -19,18 +23,23 @@ call ends after its answer: nothing holds the server's grace.
 from __future__ import annotations
 
 import asyncio
+import uuid
 from collections.abc import AsyncIterator
 from typing import Any
 
 import grpc
+import structlog
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
+from orchestrator.engine.errors import EngineError
 from sdk.api.weft.v1 import lanes_pb2 as pb
 
+from .guard import Guard
 from .handlers import MalformedRequest, lenient
 from .in_process import Aborted, CallContext, Handler
 
+log = structlog.get_logger("weft.api")
 SERVICE = pb.DESCRIPTOR.services_by_name["LaneService"]
 
 Parse = Any  # (bytes -> a request message, or MalformedRequest)
@@ -47,6 +56,7 @@ class Lanes:
             )
             for m in methods.methods
         }
+        self._guard: Guard = service.guard
         self._waiting: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.open = 0
@@ -64,6 +74,7 @@ class Lanes:
             context.auth_context(),
             context.peer(),
         )
+        await self._let_in(context)
         self.open += 1
         try:
             await self._serve(context, caller, task)
@@ -89,6 +100,20 @@ class Lanes:
             if call is grpc.aio.EOF:
                 return
             await context.write(await self._answer(call, caller))
+
+    async def _let_in(self, context: grpc.aio.ServicerContext[Any, pb.LaneAnswer]) -> None:
+        """Refuse the stream (as a unary call would be refused) to a caller
+        without good credentials."""
+        try:
+            await self._guard.authenticate(context)
+        except EngineError as exc:
+            await context.abort(getattr(grpc.StatusCode, exc.code_name), str(exc))
+        except Exception:
+            ref = uuid.uuid4().hex[:12]
+            log.exception("lane.crashed", ref=ref)
+            await context.abort(
+                grpc.StatusCode.INTERNAL, f"internal error (server log reference {ref})"
+            )
 
     def _drained(self) -> bool:
         return self._closing

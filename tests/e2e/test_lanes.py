@@ -207,3 +207,19 @@ async def test_a_server_without_lanes_is_called_unary() -> None:
             assert client._lanes is not None and not client._lanes.supported
     finally:
         await server.stop(0)
+
+
+async def test_a_lane_without_credentials_is_refused_at_once(server_config: ServerConfig) -> None:
+    node = Server(replace(server_config, auth=True))
+    await node.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            for metadata in ((), (("authorization", "Bearer weft.k_000000000000.abc"),)):
+                lanes = Lanes(channel, metadata)
+                # The stream ends UNAUTHENTICATED: no answer, and nothing held open.
+                code, details = await refusal(lanes.call("PollForDecisionTask", poll("tl"), 10))
+                assert code == grpc.StatusCode.UNAUTHENTICATED
+                assert details
+                assert lanes_open(node) == 0
+    finally:
+        await node.stop(grace=0.5)
