@@ -65,6 +65,8 @@ def _status(
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
+# What grpc.aio raises for a write on a stream whose end it has not yet seen.
+_WRITE_AFTER_END = "Internal error from Core"
 
 
 class Lanes:
@@ -85,17 +87,16 @@ class Lanes:
         """`WorkflowService.<method>(request)` on a stream, as the unary call would
         answer or fail; `LanesUnsupported` if the server has no lanes."""
         message = pb.LaneCall(method=method, request=request.SerializeToString())
-        stream = self._take()
+        stream, reused = self._take()
         try:
             async with asyncio.timeout(timeout):
-                try:
-                    await stream.write(message)
-                except asyncio.InvalidStateError:
-                    # It ended before this call was sent (the server drained
-                    # it, or the connection went): the call goes on a new one.
+                answer = await self._send(stream, message, reused)
+                if answer is None and reused:
+                    # The idle stream had ended (the server ended it, or the
+                    # connection went) before it took this call, which grpc.aio
+                    # may not have seen yet: the call goes on a new stream.
                     stream = self._open(metadata=self._metadata)
-                    await stream.write(message)
-                answer = await stream.read()
+                    answer = await self._send(stream, message, False)
         except TimeoutError:
             stream.cancel()  # (the call in the server too, as a unary deadline does)
             raise _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
@@ -107,21 +108,39 @@ class Lanes:
         except BaseException:
             stream.cancel()
             raise
-        if answer is grpc.aio.EOF:
+        if answer is None:
             raise _status(grpc.StatusCode.UNAVAILABLE, "the server ended the stream unanswered")
-        self._idle.append(stream)
-        assert isinstance(answer, pb.LaneAnswer)
+        if not answer.last:
+            self._idle.append(stream)
         if answer.code:
             code = _CODES.get(answer.code, grpc.StatusCode.UNKNOWN)
             raise _status(code, answer.details, [(t.key, t.value) for t in answer.trailers])
         return _RESPONSES[method].FromString(answer.response)
 
-    def _take(self) -> Stream:
+    async def _send(
+        self, stream: Stream, message: pb.LaneCall, reused: bool
+    ) -> pb.LaneAnswer | None:
+        """The stream's answer to `message`; None if the stream ended without
+        taking it (the server's handler answers every call it reads, so an end
+        before the answer means the call was never read)."""
+        try:
+            await stream.write(message)
+        except asyncio.InvalidStateError:
+            return None
+        except grpc.aio.AioRpcError as exc:
+            if reused or exc.details() == _WRITE_AFTER_END:
+                return None
+            raise
+        answer = await stream.read()
+        return answer if isinstance(answer, pb.LaneAnswer) else None  # (else EOF)
+
+    def _take(self) -> tuple[Stream, bool]:
+        """An idle stream (True), or a new one (False)."""
         while self._idle:
             stream = self._idle.pop()
             if not stream.done():  # (one the server ended, or lost, is dropped)
-                return stream
-        return self._open(metadata=self._metadata)
+                return stream, True
+        return self._open(metadata=self._metadata), False
 
     def _broken(self, exc: grpc.aio.AioRpcError) -> Exception:
         """What a caller gets for a stream that failed (not a call's refusal)."""
@@ -130,6 +149,7 @@ class Lanes:
             self.supported = False  # (nothing was sent to a method)
             return LanesUnsupported(exc.details())
         if code == grpc.StatusCode.CANCELLED:
-            # Cut by the server (it stopped), not by this caller.
+            # Cut by the server as it stopped (this caller's own cancel is a
+            # CancelledError, not this).
             return _status(grpc.StatusCode.UNAVAILABLE, "the server ended the stream")
         return exc

@@ -13,8 +13,9 @@ in the stream's own task, so a worker that cancels the stream (a stop, a
 deadline of its own) cancels the call in flight, as it would a unary call.
 
 A stream is refused (UNAUTHENTICATED) to a caller whose credentials do not
-hold, so that no one without them holds one open; each call on it is then let
-in or refused as its unary twin would be.
+hold, and (RESOURCE_EXHAUSTED) to a client host that holds as many as it may
+hold polls, so that no one holds streams open without end; each call on one is
+then let in or refused as its unary twin would be.
 
 At a drain, a stream waiting for its next call is ended, and one answering a
 call ends after its answer: nothing holds the server's grace.
@@ -24,6 +25,7 @@ from __future__ import annotations
 
 import asyncio
 import uuid
+from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -32,7 +34,9 @@ import structlog
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
-from orchestrator.engine.errors import EngineError
+from orchestrator.dispatch.polls import client_of
+from orchestrator.engine.errors import EngineError, ResourceExhausted
+from orchestrator.metrics import Metrics
 from sdk.api.weft.v1 import lanes_pb2 as pb
 
 from .guard import Guard
@@ -57,10 +61,16 @@ class Lanes:
             for m in methods.methods
         }
         self._guard: Guard = service.guard
+        self._metrics: Metrics = service.metrics
+        self._max_per_client: int = service.polls.max_per_client
+        self._per_client: Counter[str] = Counter()
         self._waiting: set[asyncio.Task[Any]] = set()
         self._closing = False
-        self.open = 0
+
+    @property
+    def open(self) -> int:
         """Streams open now."""
+        return self._per_client.total()
 
     async def Exchange(
         self,
@@ -74,12 +84,15 @@ class Lanes:
             context.auth_context(),
             context.peer(),
         )
-        await self._let_in(context)
-        self.open += 1
+        client = client_of(context.peer())
+        await self._let_in(context, client)
+        self._per_client[client] += 1
         try:
             await self._serve(context, caller, task)
         finally:
-            self.open -= 1
+            self._per_client[client] -= 1
+            if not self._per_client[client]:
+                del self._per_client[client]
 
     async def _serve(
         self,
@@ -87,7 +100,7 @@ class Lanes:
         caller: CallContext,
         task: asyncio.Task[Any],
     ) -> None:
-        while not self._drained():
+        while not self._drained():  # (a stream opened during the drain ends at once)
             self._waiting.add(task)
             try:
                 call = await context.read()
@@ -99,18 +112,32 @@ class Lanes:
                 self._waiting.discard(task)
             if call is grpc.aio.EOF:
                 return
-            await context.write(await self._answer(call, caller))
+            answer = await self._answer(call, caller)
+            answer.last = self._drained()
+            await context.write(answer)
 
-    async def _let_in(self, context: grpc.aio.ServicerContext[Any, pb.LaneAnswer]) -> None:
-        """Refuse the stream (as a unary call would be refused) to a caller
-        without good credentials."""
+    async def _let_in(
+        self, context: grpc.aio.ServicerContext[Any, pb.LaneAnswer], client: str
+    ) -> None:
+        """Refuse the stream, as a unary call would be refused, to a caller
+        without good credentials, or to a client host that holds as many
+        streams as it may hold polls (`--max-polls-per-client`; a lane carries
+        one poll at a time): so that no one holds streams open without end."""
         try:
             await self._guard.authenticate(context)
+            if self._per_client[client] >= self._max_per_client:
+                raise ResourceExhausted(
+                    f"this client has {self._max_per_client} lanes open already:"
+                    " the limit of concurrent polls per client"
+                )
         except EngineError as exc:
+            log.info("rpc.refused", rpc="Exchange", code=exc.code_name, reason=str(exc))
+            self._metrics.rpc("Exchange", exc.code_name).observe(0)
             await context.abort(getattr(grpc.StatusCode, exc.code_name), str(exc))
         except Exception:
             ref = uuid.uuid4().hex[:12]
-            log.exception("lane.crashed", ref=ref)
+            log.exception("rpc.crashed", rpc="Exchange", ref=ref)
+            self._metrics.rpc("Exchange", "INTERNAL").observe(0)
             await context.abort(
                 grpc.StatusCode.INTERNAL, f"internal error (server log reference {ref})"
             )
@@ -129,12 +156,14 @@ class Lanes:
         self, call: pb.LaneCall | MalformedRequest, caller: CallContext
     ) -> pb.LaneAnswer:
         if isinstance(call, MalformedRequest):
+            log.info("rpc.refused", rpc="Exchange", code="INVALID_ARGUMENT", reason=call.error)
             return pb.LaneAnswer(
                 code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
                 details=f"the message is not a valid {call.message}: {call.error}",
             )
         found = self._methods.get(call.method)
         if found is None:
+            log.info("rpc.refused", rpc="Exchange", code="UNIMPLEMENTED", method=call.method[:100])
             return pb.LaneAnswer(
                 code=grpc.StatusCode.UNIMPLEMENTED.value[0],
                 details=f"no method {call.method[:100]!r} in WorkflowService",

@@ -22,7 +22,7 @@ from sdk import AsyncClient
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from sdk.errors import InvalidArgumentError
+from sdk.errors import InvalidArgumentError, UnavailableError
 from sdk.lanes import Lanes
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import rpc_calls, unique, wait_until
@@ -161,8 +161,18 @@ async def test_a_drain_ends_idle_lanes_at_once_and_a_new_node_takes_the_calls(
     node = slow_drain
     task_list = unique("tl")
     async with AsyncClient(f"127.0.0.1:{node.port}") as client:
-        # One stream with a poll waiting, one idle (its call answered).
-        waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
+        # One stream with a poll waiting, one idle (its call answered). The
+        # poll's caller calls again the moment its empty answer comes: on the
+        # stream the answer said was the last, that call would fail INTERNAL.
+        async def poll_then_call() -> s.PollForDecisionTaskResponse:
+            answer: s.PollForDecisionTaskResponse = await client.rpc(
+                "PollForDecisionTask", poll(task_list)
+            )
+            with pytest.raises(UnavailableError):
+                await client.rpc("RecordActivityHeartbeat", heartbeat(), retried=False)
+            return answer
+
+        waiting = asyncio.create_task(poll_then_call())
         await parked(node, "decision", task_list)
         with pytest.raises(InvalidArgumentError):
             await client.rpc("RecordActivityHeartbeat", heartbeat())
@@ -221,5 +231,66 @@ async def test_a_lane_without_credentials_is_refused_at_once(server_config: Serv
                 assert code == grpc.StatusCode.UNAUTHENTICATED
                 assert details
                 assert lanes_open(node) == 0
+        assert rpc_calls(node, "Exchange", "UNAUTHENTICATED") == 2  # (counted and logged)
     finally:
         await node.stop(grace=0.5)
+
+
+async def test_a_client_host_holds_no_more_lanes_than_polls(server_config: ServerConfig) -> None:
+    node = Server(replace(server_config, max_polls_per_client=2))
+    await node.start()
+    task_list = unique("tl")
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            lanes = Lanes(channel, ())
+            polls = [
+                asyncio.create_task(lanes.call("PollForDecisionTask", poll(task_list), 10))
+                for _ in range(2)
+            ]
+            await wait_until(lambda: two_lanes_open(node), timeout=10)
+            code, details = await refusal(lanes.call("RecordActivityHeartbeat", heartbeat(), 10))
+            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
+            assert "2 lanes open already" in details
+            assert rpc_calls(node, "Exchange", "RESOURCE_EXHAUSTED") == 1
+            for waiting in polls:
+                assert (await waiting).task_token == b""  # (the long poll ran out)
+            # The polls' lanes are idle again, and take the next call.
+            code, _ = await refusal(lanes.call("RecordActivityHeartbeat", heartbeat(), 10))
+            assert code == grpc.StatusCode.INVALID_ARGUMENT
+    finally:
+        await node.stop(grace=0.5)
+
+
+async def two_lanes_open(server: Server) -> bool:
+    return lanes_open(server) == 2
+
+
+async def answer_once(calls: Any, context: Any) -> AsyncIterator[pb.LaneAnswer]:
+    """A lane that answers its first call, then ends (without saying so)."""
+    async for _ in calls:
+        yield pb.LaneAnswer(response=s.PollForDecisionTaskResponse().SerializeToString())
+        return
+
+
+async def test_a_call_on_a_stream_that_ended_unseen_goes_on_a_new_one() -> None:
+    server = grpc.aio.server()
+    handler = grpc.stream_stream_rpc_method_handler(
+        answer_once,
+        request_deserializer=pb.LaneCall.FromString,
+        response_serializer=pb.LaneAnswer.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("weft.v1.LaneService", {"Exchange": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
+            lanes = Lanes(channel, ())
+            # Each call at once after the last: the stream it takes from the
+            # pool has ended, and grpc.aio has not always seen it yet.
+            for _ in range(20):
+                answer = await lanes.call("PollForDecisionTask", poll("tl"), 10)
+                assert answer == s.PollForDecisionTaskResponse()
+    finally:
+        await server.stop(0)

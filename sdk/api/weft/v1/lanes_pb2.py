@@ -24,7 +24,7 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13weft/v1/lanes.proto\x12\x07weft.v1\"+\n\x08LaneCall\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0f\n\x07request\x18\x02 \x01(\x0c\"e\n\nLaneAnswer\x12\x10\n\x08response\x18\x01 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12&\n\x08trailers\x18\x04 \x03(\x0b\x32\x14.weft.v1.LaneTrailer\")\n\x0bLaneTrailer\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t2E\n\x0bLaneService\x12\x36\n\x08\x45xchange\x12\x11.weft.v1.LaneCall\x1a\x13.weft.v1.LaneAnswer(\x01\x30\x01\x62\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x13weft/v1/lanes.proto\x12\x07weft.v1\"+\n\x08LaneCall\x12\x0e\n\x06method\x18\x01 \x01(\t\x12\x0f\n\x07request\x18\x02 \x01(\x0c\"s\n\nLaneAnswer\x12\x10\n\x08response\x18\x01 \x01(\x0c\x12\x0c\n\x04\x63ode\x18\x02 \x01(\x05\x12\x0f\n\x07\x64\x65tails\x18\x03 \x01(\t\x12&\n\x08trailers\x18\x04 \x03(\x0b\x32\x14.weft.v1.LaneTrailer\x12\x0c\n\x04last\x18\x05 \x01(\x08\")\n\x0bLaneTrailer\x12\x0b\n\x03key\x18\x01 \x01(\t\x12\r\n\x05value\x18\x02 \x01(\t2E\n\x0bLaneService\x12\x36\n\x08\x45xchange\x12\x11.weft.v1.LaneCall\x1a\x13.weft.v1.LaneAnswer(\x01\x30\x01\x62\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
@@ -34,9 +34,9 @@ if not _descriptor._USE_C_DESCRIPTORS:
   _globals['_LANECALL']._serialized_start=32
   _globals['_LANECALL']._serialized_end=75
   _globals['_LANEANSWER']._serialized_start=77
-  _globals['_LANEANSWER']._serialized_end=178
-  _globals['_LANETRAILER']._serialized_start=180
-  _globals['_LANETRAILER']._serialized_end=221
-  _globals['_LANESERVICE']._serialized_start=223
-  _globals['_LANESERVICE']._serialized_end=292
+  _globals['_LANEANSWER']._serialized_end=192
+  _globals['_LANETRAILER']._serialized_start=194
+  _globals['_LANETRAILER']._serialized_end=235
+  _globals['_LANESERVICE']._serialized_start=237
+  _globals['_LANESERVICE']._serialized_end=306
 # @@protoc_insertion_point(module_scope)

@@ -50,11 +50,16 @@ class LaneAnswer(_message.Message):
     CODE_FIELD_NUMBER: _builtins.int
     DETAILS_FIELD_NUMBER: _builtins.int
     TRAILERS_FIELD_NUMBER: _builtins.int
+    LAST_FIELD_NUMBER: _builtins.int
     response: _builtins.bytes
     """The method's response message, serialized; empty unless code is 0 (OK)."""
     code: _builtins.int
     """The gRPC status code the unary call would have ended with."""
     details: _builtins.str
+    last: _builtins.bool
+    """The server ends the stream after this answer (it is draining): the next
+    call goes on another stream, to another node.
+    """
     @_builtins.property
     def trailers(self) -> _containers.RepeatedCompositeFieldContainer[Global___LaneTrailer]:
         """The trailing metadata the unary call would have carried (a refusal for
@@ -68,10 +73,11 @@ class LaneAnswer(_message.Message):
         code: _builtins.int = ...,
         details: _builtins.str = ...,
         trailers: _abc.Iterable[Global___LaneTrailer] | None = ...,
+        last: _builtins.bool = ...,
     ) -> None: ...
     _HasFieldArgType: _TypeAlias = _Never  # noqa: Y015
     def HasField(self, field_name: _HasFieldArgType) -> _builtins.bool: ...
-    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "response", b"response", "trailers", b"trailers"]  # noqa: Y015
+    _ClearFieldArgType: _TypeAlias = _typing.Literal["code", b"code", "details", b"details", "last", b"last", "response", b"response", "trailers", b"trailers"]  # noqa: Y015
     def ClearField(self, field_name: _ClearFieldArgType) -> None: ...
     def WhichOneof(self, oneof_group: _Never) -> None: ...
 
