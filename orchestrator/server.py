@@ -159,6 +159,11 @@ class Server:
                 ("grpc.so_reuseport", 1 if self.config.reuse_port else 0),
                 ("grpc.keepalive_permit_without_calls", 1),
                 ("grpc.http2.min_ping_interval_without_data_ms", 10_000),
+                # A lane idle on a connection whose client vanished (no FIN)
+                # would hold its count against the client's host until gRPC's
+                # default ping at two hours: ping after a minute of silence.
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.keepalive_timeout_ms", 20_000),
             ]
         )
         services = service_pb2.DESCRIPTOR.services_by_name

@@ -19,6 +19,10 @@ import grpc
 # rate: whole milliseconds to wait before sending the call again (as HTTP's
 # Retry-After). The server sets it; the SDK honours it.
 RETRY_AFTER_METADATA = "weft-retry-after-ms"
+# The trailing metadata of a lane (`LaneService.Exchange`) refused at its opening
+# for the client's share of lanes: its call goes unary instead, where the limits
+# of calls apply (`sdk.lanes`).
+LANE_REFUSED_METADATA = "weft-lane-refused"
 
 
 def _summary(cls: type) -> str:

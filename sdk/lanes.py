@@ -5,14 +5,17 @@ unary call (bench/README.md, "Lanes"), and a worker sends two calls per
 activity, so `AsyncClient` sends the task methods (`LANE_METHODS`) this way:
 each call takes an idle stream (or opens one), sends its request, reads the
 answer, and gives the stream back. There are as many streams as calls were
-ever in flight at once, one per poll lane in a worker.
+ever in flight at once: in a worker, its poll lanes, and the answers and
+heartbeats it sends on their own.
 
 A call on a stream behaves as the unary call does for its caller: the same
 answer, the same `grpc.aio.AioRpcError` for a refusal (code, text, trailers),
 its timeout as a deadline (DEADLINE_EXCEEDED), and a cancelled caller cancels
-the call in the server. A stream that broke or ended before the answer raises
-UNAVAILABLE, as a lost connection does. A server without `LaneService` (older
-than this SDK) is called unary from then on.
+the call in the server. A stream the server ended or cut before the answer
+raises UNAVAILABLE, as a lost connection does (one that failed otherwise, its
+own status). A server without `LaneService` (older than this SDK) is called
+unary from then on, and a call whose lane is refused for the client's share of
+lanes (`LANE_REFUSED_METADATA`) goes unary.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from google.protobuf.message import Message
 
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2
+from sdk.errors import LANE_REFUSED_METADATA
 
 LANE_METHODS = frozenset(
     {
@@ -55,7 +59,8 @@ Stream = grpc.aio.StreamStreamCall[Any, pb.LaneAnswer]
 
 
 class LanesUnsupported(Exception):
-    """The server has no `LaneService`: nothing was sent; call it unary."""
+    """No lane for this call (the server has no `LaneService`, or this client
+    host holds as many lanes as it may): nothing was sent; call it unary."""
 
 
 def _status(
@@ -148,6 +153,8 @@ class Lanes:
         if code == grpc.StatusCode.UNIMPLEMENTED:
             self.supported = False  # (nothing was sent to a method)
             return LanesUnsupported(exc.details())
+        if any(item[0] == LANE_REFUSED_METADATA for item in exc.trailing_metadata() or ()):
+            return LanesUnsupported(exc.details())  # (refused at its opening, before any call)
         if code == grpc.StatusCode.CANCELLED:
             # Cut by the server as it stopped (this caller's own cancel is a
             # CancelledError, not this).

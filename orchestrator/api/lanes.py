@@ -38,6 +38,7 @@ from orchestrator.dispatch.polls import client_of
 from orchestrator.engine.errors import EngineError, ResourceExhausted
 from orchestrator.metrics import Metrics
 from sdk.api.weft.v1 import lanes_pb2 as pb
+from sdk.errors import LANE_REFUSED_METADATA
 
 from .guard import Guard
 from .handlers import MalformedRequest, lenient
@@ -133,7 +134,10 @@ class Lanes:
         except EngineError as exc:
             log.info("rpc.refused", rpc="Exchange", code=exc.code_name, reason=str(exc))
             self._metrics.rpc("Exchange", exc.code_name).observe(0)
-            await context.abort(getattr(grpc.StatusCode, exc.code_name), str(exc))
+            # A client over its share sends its calls unary instead (the SDK
+            # does so on this trailer): a lane refused is not a call refused.
+            trailers = ((LANE_REFUSED_METADATA, "1"),) if isinstance(exc, ResourceExhausted) else ()
+            await context.abort(getattr(grpc.StatusCode, exc.code_name), str(exc), trailers)
         except Exception:
             ref = uuid.uuid4().hex[:12]
             log.exception("rpc.crashed", rpc="Exchange", ref=ref)
@@ -157,6 +161,7 @@ class Lanes:
     ) -> pb.LaneAnswer:
         if isinstance(call, MalformedRequest):
             log.info("rpc.refused", rpc="Exchange", code="INVALID_ARGUMENT", reason=call.error)
+            self._metrics.rpc("Exchange", "INVALID_ARGUMENT").observe(0)
             return pb.LaneAnswer(
                 code=grpc.StatusCode.INVALID_ARGUMENT.value[0],
                 details=f"the message is not a valid {call.message}: {call.error}",
@@ -164,6 +169,7 @@ class Lanes:
         found = self._methods.get(call.method)
         if found is None:
             log.info("rpc.refused", rpc="Exchange", code="UNIMPLEMENTED", method=call.method[:100])
+            self._metrics.rpc("Exchange", "UNIMPLEMENTED").observe(0)
             return pb.LaneAnswer(
                 code=grpc.StatusCode.UNIMPLEMENTED.value[0],
                 details=f"no method {call.method[:100]!r} in WorkflowService",

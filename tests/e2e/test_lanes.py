@@ -23,7 +23,7 @@ from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.errors import InvalidArgumentError, UnavailableError
-from sdk.lanes import Lanes
+from sdk.lanes import Lanes, LanesUnsupported
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import rpc_calls, unique, wait_until
 
@@ -117,6 +117,8 @@ async def test_bad_messages_on_a_lane_are_refused_and_the_stream_goes_on(server:
             assert (answer.code, answer.response) == (code.value[0], b"")
             assert words in answer.details
         raw.cancel()
+    assert rpc_calls(server, "Exchange", "INVALID_ARGUMENT") == 1  # (the LaneCall itself)
+    assert rpc_calls(server, "Exchange", "UNIMPLEMENTED") == 1
 
 
 async def test_a_lane_poll_past_its_deadline_takes_no_task_with_it(server: Server) -> None:
@@ -241,22 +243,25 @@ async def test_a_client_host_holds_no_more_lanes_than_polls(server_config: Serve
     await node.start()
     task_list = unique("tl")
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
-            lanes = Lanes(channel, ())
+        async with AsyncClient(f"127.0.0.1:{node.port}") as client:
             polls = [
-                asyncio.create_task(lanes.call("PollForDecisionTask", poll(task_list), 10))
+                asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
                 for _ in range(2)
             ]
             await wait_until(lambda: two_lanes_open(node), timeout=10)
-            code, details = await refusal(lanes.call("RecordActivityHeartbeat", heartbeat(), 10))
-            assert code == grpc.StatusCode.RESOURCE_EXHAUSTED
-            assert "2 lanes open already" in details
+            # A third lane is refused at its opening, and its call goes unary:
+            # the call's own answer comes back, not the lane's refusal.
+            with pytest.raises(InvalidArgumentError):
+                await client.rpc("RecordActivityHeartbeat", heartbeat())
             assert rpc_calls(node, "Exchange", "RESOURCE_EXHAUSTED") == 1
+            assert rpc_calls(node, "RecordActivityHeartbeat", "INVALID_ARGUMENT") == 1
+            assert lanes_open(node) == 2
+            assert client._lanes is not None
+            with pytest.raises(LanesUnsupported):
+                await client._lanes.call("RecordActivityHeartbeat", heartbeat(), 10)
+            assert client._lanes.supported  # (the next call tries a lane again)
             for waiting in polls:
                 assert (await waiting).task_token == b""  # (the long poll ran out)
-            # The polls' lanes are idle again, and take the next call.
-            code, _ = await refusal(lanes.call("RecordActivityHeartbeat", heartbeat(), 10))
-            assert code == grpc.StatusCode.INVALID_ARGUMENT
     finally:
         await node.stop(grace=0.5)
 
