@@ -25,7 +25,6 @@ from __future__ import annotations
 
 import asyncio
 import uuid
-from collections import Counter
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -34,7 +33,7 @@ import structlog
 from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
-from orchestrator.dispatch.polls import client_of
+from orchestrator.dispatch.polls import ClientShares, client_of
 from orchestrator.engine.errors import EngineError, ResourceExhausted
 from orchestrator.metrics import Metrics
 from sdk.api.weft.v1 import lanes_pb2 as pb
@@ -63,8 +62,7 @@ class Lanes:
         }
         self._guard: Guard = service.guard
         self._metrics: Metrics = service.metrics
-        self._max_per_client: int = service.polls.max_per_client
-        self._per_client: Counter[str] = Counter()
+        self._per_client = ClientShares(service.polls.max_per_client, "lanes open")
         self._waiting: set[asyncio.Task[Any]] = set()
         self._closing = False
 
@@ -87,13 +85,8 @@ class Lanes:
         )
         client = client_of(context.peer())
         await self._let_in(context, client)
-        self._per_client[client] += 1
-        try:
+        with self._per_client.hold(client):  # (nothing awaited since the check)
             await self._serve(context, caller, task)
-        finally:
-            self._per_client[client] -= 1
-            if not self._per_client[client]:
-                del self._per_client[client]
 
     async def _serve(
         self,
@@ -126,11 +119,7 @@ class Lanes:
         one poll at a time): so that no one holds streams open without end."""
         try:
             await self._guard.authenticate(context)
-            if self._per_client[client] >= self._max_per_client:
-                raise ResourceExhausted(
-                    f"this client has {self._max_per_client} lanes open already:"
-                    " the limit of concurrent polls per client"
-                )
+            self._per_client.check(client)
         except EngineError as exc:
             log.info("rpc.refused", rpc="Exchange", code=exc.code_name, reason=str(exc))
             self._metrics.rpc("Exchange", exc.code_name).observe(0)

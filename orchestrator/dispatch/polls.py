@@ -38,6 +38,43 @@ def client_of(peer: str) -> str:
     return peer
 
 
+class ClientShares:
+    """What each client holds at once (polls waiting, lanes open), up to
+    `limit` per client (`--max-polls-per-client`), so that one client cannot
+    take enough of them to starve the node for everyone else."""
+
+    def __init__(self, limit: int, what: str) -> None:
+        self.limit = limit
+        self._what = what
+        self._held: Counter[str] = Counter()
+
+    def held(self, client: str) -> int:
+        return self._held[client]
+
+    def total(self) -> int:
+        return self._held.total()
+
+    def check(self, client: str) -> None:
+        """RESOURCE_EXHAUSTED if `client` holds its limit already."""
+        if self._held[client] >= self.limit:
+            raise ResourceExhausted(
+                f"this client has {self.limit} {self._what} already:"
+                " the limit of concurrent polls per client"
+            )
+
+    @contextmanager
+    def hold(self, client: str) -> Iterator[None]:
+        """One more for `client` while the block runs (`check` first)."""
+        self.check(client)
+        self._held[client] += 1
+        try:
+            yield
+        finally:
+            self._held[client] -= 1
+            if not self._held[client]:
+                del self._held[client]
+
+
 class LongPolls:
     def __init__(
         self,
@@ -48,26 +85,11 @@ class LongPolls:
         self._wakeups = wakeups
         self._sightings = sightings or PollerSightings()
         self.max_per_client = max_per_client
-        self._per_client: Counter[str] = Counter()
+        self._per_client = ClientShares(max_per_client, "polls waiting")
         self.draining = False
 
     def parked(self, client: str) -> int:
-        return self._per_client[client]
-
-    @contextmanager
-    def _slot(self, client: str) -> Iterator[None]:
-        if self._per_client[client] >= self.max_per_client:
-            raise ResourceExhausted(
-                f"this client has {self.max_per_client} polls waiting already:"
-                " the limit of concurrent polls per client"
-            )
-        self._per_client[client] += 1
-        try:
-            yield
-        finally:
-            self._per_client[client] -= 1
-            if not self._per_client[client]:
-                del self._per_client[client]
+        return self._per_client.held(client)
 
     async def poll_task_list(
         self,
@@ -101,7 +123,7 @@ class LongPolls:
         it for this poller in its own write (`offer`), and the poll answers with
         what `take` returned; a decision task goes first to a poller whose
         `cache_id` holds its run."""
-        with self._slot(client):
+        with self._per_client.hold(client):
             return await self._poll(key, timeout, claim, take, cache_id)
 
     async def _poll(
