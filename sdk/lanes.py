@@ -90,7 +90,8 @@ class Lanes:
 
     async def call(self, method: str, request: Message, timeout: float | None) -> Any:
         """`WorkflowService.<method>(request)` on a stream, as the unary call would
-        answer or fail; `LanesUnsupported` if the server has no lanes."""
+        answer or fail; `LanesUnsupported` if the server has no lanes, or
+        refused this client one (nothing was sent: call it unary)."""
         message = pb.LaneCall(method=method, request=request.SerializeToString())
         stream, reused = self._take()
         try:

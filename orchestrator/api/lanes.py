@@ -2,8 +2,9 @@
 
 A unary call costs the server a whole gRPC call (its set-up, metadata, status,
 and grpc.aio's accept loop and task); a message on an open stream costs about a
-third of that, here and in the worker (bench/README.md, "Lanes"). The SDK's
-workers keep a stream per poll lane and send their polls and answers on it.
+third of that, here and in the worker (bench/README.md, "Lanes"). The SDK
+keeps a pool of streams, one per call a client has in flight, and sends a
+worker's polls, answers and heartbeats on them (`sdk/lanes.py`).
 
 Each `LaneCall` is answered by one `LaneAnswer`, in order: the call goes through
 the same handler as its unary twin (`errors.grpc_errors`: validation, the guard
