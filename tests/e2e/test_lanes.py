@@ -299,3 +299,18 @@ async def test_a_call_on_a_stream_that_ended_unseen_goes_on_a_new_one() -> None:
                 assert answer == s.PollForDecisionTaskResponse()
     finally:
         await server.stop(0)
+
+
+async def test_a_process_of_several_on_one_port_has_no_lanes(server_config: ServerConfig) -> None:
+    """`weft server --workers N` (its processes share the port): its clients call
+    unary, for now (see `Server.start`)."""
+    node = Server(replace(server_config, reuse_port=True))
+    await node.start()
+    try:
+        async with AsyncClient(f"127.0.0.1:{node.port}") as client:
+            with pytest.raises(InvalidArgumentError):
+                await client.rpc("RecordActivityHeartbeat", heartbeat())
+            assert client._lanes is not None and not client._lanes.supported
+            assert node._lanes is None
+    finally:
+        await node.stop(grace=0.5)
