@@ -171,7 +171,7 @@ class Server:
         if not self.config.reuse_port:
             # Not in a process of `--workers N`, for now: there, on lanes, far
             # more of a worker's hand-offs went through the database to another
-            # process than unary (3.6-5.3 transactions per activity against
+            # process than unary (3.6-5.0 transactions per activity against
             # 2.5-3.2, bench.hotpath --server-workers 2), for a reason not yet
             # found. Its clients find no LaneService and call unary.
             self._lanes = lanes.Lanes(self._service, services["WorkflowService"])

@@ -11,11 +11,13 @@ heartbeats it sends on their own.
 A call on a stream behaves as the unary call does for its caller: the same
 answer, the same `grpc.aio.AioRpcError` for a refusal (code, text, trailers),
 its timeout as a deadline (DEADLINE_EXCEEDED), and a cancelled caller cancels
-the call in the server. A stream the server ended or cut before the answer
-raises UNAVAILABLE, as a lost connection does (one that failed otherwise, its
-own status). A server without `LaneService` (older than this SDK) is called
-unary from then on, and a call whose lane is refused for the client's share of
-lanes (`LANE_REFUSED_METADATA`) goes unary.
+the call in the server. A stream the server cut while a call was on it raises
+UNAVAILABLE, as a lost connection does (one that failed otherwise, its own
+status); a call on an idle stream that had ended goes on a new one. A server
+without `LaneService` (older than this SDK, or a process of `weft server
+--workers N`) is called unary from then on, and a call whose lane is refused
+for the client's share of lanes (`LANE_REFUSED_METADATA`), or whose new stream
+ends before taking it, goes unary.
 """
 
 from __future__ import annotations
@@ -60,7 +62,7 @@ Stream = grpc.aio.StreamStreamCall[Any, pb.LaneAnswer]
 
 class LanesUnsupported(Exception):
     """No lane for this call (the server has no `LaneService`, or this client
-    host holds as many lanes as it may): nothing was sent; call it unary."""
+    host holds as many lanes as it may): the server took nothing; call it unary."""
 
 
 def _status(
@@ -91,7 +93,7 @@ class Lanes:
     async def call(self, method: str, request: Message, timeout: float | None) -> Any:
         """`WorkflowService.<method>(request)` on a stream, as the unary call would
         answer or fail; `LanesUnsupported` if the server has no lanes, or
-        refused this client one (nothing was sent: call it unary)."""
+        refused this client one (nothing was taken: call it unary)."""
         message = pb.LaneCall(method=method, request=request.SerializeToString())
         stream, reused = self._take()
         try:
@@ -115,7 +117,11 @@ class Lanes:
             stream.cancel()
             raise
         if answer is None:
-            raise _status(grpc.StatusCode.UNAVAILABLE, "the server ended the stream unanswered")
+            # A new stream ended before taking the call: refused at its opening
+            # (no LaneService, the client's share) with the status lost to a
+            # write in flight (grpc.aio then says only INTERNAL), or opened as
+            # the node drains. Nothing was taken: the call goes unary.
+            raise LanesUnsupported("the server ended a new stream before taking its call")
         if not answer.last:
             self._idle.append(stream)
         if answer.code:

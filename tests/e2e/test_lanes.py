@@ -312,5 +312,35 @@ async def test_a_process_of_several_on_one_port_has_no_lanes(server_config: Serv
                 await client.rpc("RecordActivityHeartbeat", heartbeat())
             assert client._lanes is not None and not client._lanes.supported
             assert node._lanes is None
+        assert rpc_calls(node, "RecordActivityHeartbeat", "INVALID_ARGUMENT") == 1
     finally:
         await node.stop(grace=0.5)
+
+
+async def end_at_once(calls: Any, context: Any) -> AsyncIterator[pb.LaneAnswer]:
+    """A lane that ends before it takes a call (as one opened during a drain)."""
+    return
+    yield  # (a generator: the stream's handler)
+
+
+async def test_a_call_whose_new_stream_ends_untaken_goes_unary() -> None:
+    server = grpc.aio.server()
+    handlers.register(server, NoLanes(), s.DESCRIPTOR.services_by_name["WorkflowService"])
+    handler = grpc.stream_stream_rpc_method_handler(
+        end_at_once,
+        request_deserializer=pb.LaneCall.FromString,
+        response_serializer=pb.LaneAnswer.SerializeToString,
+    )
+    server.add_generic_rpc_handlers(
+        (grpc.method_handlers_generic_handler("weft.v1.LaneService", {"Exchange": handler}),)
+    )
+    port = server.add_insecure_port("127.0.0.1:0")
+    await server.start()
+    try:
+        async with AsyncClient(f"127.0.0.1:{port}") as client:
+            for _ in range(3):
+                task = await client.rpc("PollForDecisionTask", poll("tl"), retried=False)
+                assert task.task_token == b""  # (the unary answer)
+            assert client._lanes is not None and client._lanes.supported
+    finally:
+        await server.stop(0)
