@@ -7,6 +7,7 @@ on them, and a server without lanes called unary. A real node on both databases
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import time
 from collections.abc import AsyncIterator
 from dataclasses import replace
@@ -277,10 +278,14 @@ async def answer_once(calls: Any, context: Any) -> AsyncIterator[pb.LaneAnswer]:
         return
 
 
-async def test_a_call_on_a_stream_that_ended_unseen_goes_on_a_new_one() -> None:
+@contextlib.asynccontextmanager
+async def stand_in(lane: Any) -> AsyncIterator[int]:
+    """A server whose `LaneService.Exchange` is `lane`, and whose WorkflowService
+    answers every call empty (`NoLanes`): its port."""
     server = grpc.aio.server()
+    handlers.register(server, NoLanes(), s.DESCRIPTOR.services_by_name["WorkflowService"])
     handler = grpc.stream_stream_rpc_method_handler(
-        answer_once,
+        lane,
         request_deserializer=pb.LaneCall.FromString,
         response_serializer=pb.LaneAnswer.SerializeToString,
     )
@@ -290,15 +295,22 @@ async def test_a_call_on_a_stream_that_ended_unseen_goes_on_a_new_one() -> None:
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel:
-            lanes = Lanes(channel, ())
-            # Each call at once after the last: the stream it takes from the
-            # pool has ended, and grpc.aio has not always seen it yet.
-            for _ in range(20):
-                answer = await lanes.call("PollForDecisionTask", poll("tl"), 10)
-                assert answer == s.PollForDecisionTaskResponse()
+        yield port
     finally:
         await server.stop(0)
+
+
+async def test_a_call_on_a_stream_that_ended_unseen_goes_on_a_new_one() -> None:
+    async with (
+        stand_in(answer_once) as port,
+        grpc.aio.insecure_channel(f"127.0.0.1:{port}") as channel,
+    ):
+        lanes = Lanes(channel, ())
+        # Each call at once after the last: the stream it takes from the pool
+        # has ended, and grpc.aio has not always seen it yet.
+        for _ in range(20):
+            answer = await lanes.call("PollForDecisionTask", poll("tl"), 10)
+            assert answer == s.PollForDecisionTaskResponse()
 
 
 async def test_a_process_of_several_on_one_port_has_no_lanes(server_config: ServerConfig) -> None:
@@ -324,23 +336,8 @@ async def end_at_once(calls: Any, context: Any) -> AsyncIterator[pb.LaneAnswer]:
 
 
 async def test_a_call_whose_new_stream_ends_untaken_goes_unary() -> None:
-    server = grpc.aio.server()
-    handlers.register(server, NoLanes(), s.DESCRIPTOR.services_by_name["WorkflowService"])
-    handler = grpc.stream_stream_rpc_method_handler(
-        end_at_once,
-        request_deserializer=pb.LaneCall.FromString,
-        response_serializer=pb.LaneAnswer.SerializeToString,
-    )
-    server.add_generic_rpc_handlers(
-        (grpc.method_handlers_generic_handler("weft.v1.LaneService", {"Exchange": handler}),)
-    )
-    port = server.add_insecure_port("127.0.0.1:0")
-    await server.start()
-    try:
-        async with AsyncClient(f"127.0.0.1:{port}") as client:
-            for _ in range(3):
-                task = await client.rpc("PollForDecisionTask", poll("tl"), retried=False)
-                assert task.task_token == b""  # (the unary answer)
-            assert client._lanes is not None and client._lanes.supported
-    finally:
-        await server.stop(0)
+    async with stand_in(end_at_once) as port, AsyncClient(f"127.0.0.1:{port}") as client:
+        for _ in range(3):
+            task = await client.rpc("PollForDecisionTask", poll("tl"), retried=False)
+            assert task.task_token == b""  # (the unary answer)
+        assert client._lanes is not None and client._lanes.supported
