@@ -133,8 +133,8 @@ class Lanes:
         self, stream: Stream, message: pb.LaneCall, reused: bool
     ) -> pb.LaneAnswer | None:
         """The stream's answer to `message`; None if the stream ended without
-        taking it (the server's handler answers every call it reads, so an end
-        before the answer means the call was never read)."""
+        taking it (the server answers every call whose handler it runs, so an
+        end before the answer means the call was never handled)."""
         try:
             await stream.write(message)
         except asyncio.InvalidStateError:
