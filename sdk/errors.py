@@ -10,6 +10,7 @@ status code; their `status` is None.
 from __future__ import annotations
 
 import inspect
+from collections.abc import Sequence
 from datetime import timedelta
 from typing import Any, ClassVar
 
@@ -23,6 +24,15 @@ RETRY_AFTER_METADATA = "weft-retry-after-ms"
 # for the client's share of lanes: its call goes unary instead, where the limits
 # of calls apply (`sdk.lanes`).
 LANE_REFUSED_METADATA = "weft-lane-refused"
+
+
+def rpc_error(
+    code: grpc.StatusCode, details: str, trailers: Sequence[tuple[str, Any]] = ()
+) -> grpc.aio.AioRpcError:
+    """The error a stub raises for a call that ended with `code`: what a call
+    answered without a gRPC call of its own (in process, on a lane) raises, so
+    that its caller cannot tell the difference."""
+    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
 
 
 def _summary(cls: type) -> str:

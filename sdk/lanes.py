@@ -32,7 +32,7 @@ from google.protobuf.message import Message
 
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2
-from sdk.errors import LANE_REFUSED_METADATA
+from sdk.errors import LANE_REFUSED_METADATA, rpc_error
 
 LANE_METHODS = frozenset(
     {
@@ -63,12 +63,6 @@ Stream = grpc.aio.StreamStreamCall[Any, pb.LaneAnswer]
 class LanesUnsupported(Exception):
     """No lane for this call (the server has no `LaneService`, or this client
     host holds as many lanes as it may): the server took nothing; call it unary."""
-
-
-def _status(
-    code: grpc.StatusCode, details: str, trailers: Sequence[tuple[str, str]] = ()
-) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
 
 
 _CODES = {code.value[0]: code for code in grpc.StatusCode}
@@ -107,7 +101,7 @@ class Lanes:
                     answer = await self._send(stream, message, False)
         except TimeoutError:
             stream.cancel()  # (the call in the server too, as a unary deadline does)
-            raise _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
         except grpc.aio.AioRpcError as exc:
             failure = self._broken(exc)
             if failure is exc:
@@ -126,7 +120,7 @@ class Lanes:
             self._idle.append(stream)
         if answer.code:
             code = _CODES.get(answer.code, grpc.StatusCode.UNKNOWN)
-            raise _status(code, answer.details, [(t.key, t.value) for t in answer.trailers])
+            raise rpc_error(code, answer.details, [(t.key, t.value) for t in answer.trailers])
         return _RESPONSES[method].FromString(answer.response)
 
     async def _send(
@@ -165,5 +159,5 @@ class Lanes:
         if code == grpc.StatusCode.CANCELLED:
             # Cut by the server as it stopped (this caller's own cancel is a
             # CancelledError, not this).
-            return _status(grpc.StatusCode.UNAVAILABLE, "the server ended the stream")
+            return rpc_error(grpc.StatusCode.UNAVAILABLE, "the server ended the stream")
         return exc

@@ -33,6 +33,7 @@ from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
 from sdk.api.weft.v1 import admin_pb2, service_pb2
+from sdk.errors import rpc_error
 
 from .handlers import lenient
 
@@ -87,12 +88,6 @@ class CallContext:
         return self._peer
 
 
-def _status(
-    code: grpc.StatusCode, details: str, trailers: Sequence[Any] = ()
-) -> grpc.aio.AioRpcError:
-    return grpc.aio.AioRpcError(code, grpc.aio.Metadata(), grpc.aio.Metadata(*trailers), details)
-
-
 class _Method:
     """One unary method, called as a stub's method is."""
 
@@ -122,9 +117,9 @@ class _Method:
                     self._parse(request.SerializeToString()), CallContext(metadata)
                 )
         except Aborted as exc:
-            failure = _status(exc.code, exc.details, exc.trailers)
+            failure = rpc_error(exc.code, exc.details, exc.trailers)
         except TimeoutError:
-            failure = _status(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
+            failure = rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded")
         if caller is not None and caller.cancelling() > cancelling:
             # What the handler answered is dropped, as a cancelled gRPC call drops it.
             raise asyncio.CancelledError
