@@ -41,6 +41,13 @@ class Metrics:
             ["kind"],
             registry=self.registry,
         )
+        self.deadlines_failed = Counter(
+            "weft_deadline_fire_failures_total",
+            "Due timeouts and timers that did not fire (firing raised, or the run's"
+            " state did not have them due): each is tried again after a back-off",
+            ["kind"],
+            registry=self.registry,
+        )
         self.worker_sessions_lost = Counter(
             "weft_worker_sessions_lost_total",
             "Worker sessions found expired (by this node, as the upkeep leader)",

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import event, func, literal, select, union_all
+from sqlalchemy import event, func, literal, select, tuple_, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -349,20 +349,38 @@ class StoreBase:
         row = await self._first(select(namespaces).where(namespaces.c.name == name))
         return dict(row._mapping) if row is not None else None
 
-    async def deadlines_due_and_next(self, now: datetime, limit: int) -> list[DueDeadline]:
-        """The deadlines due by `now`, earliest first (up to `limit` + 1: more
-        than `limit` means there may be more), then the first not yet due, if
-        any: one read tells the scanner what to fire and when to look next."""
-        at, due = now.replace(tzinfo=None), deadlines.c.due
+    async def deadlines_due_and_next(
+        self, now: datetime, limit: int, after: DueDeadline | None = None
+    ) -> list[DueDeadline]:
+        """The deadlines due by `now` (after `after`, in the order of
+        `DueDeadline.key`; up to `limit` + 1: more than `limit` means there may
+        be more), then the first not yet due, if any: one read tells the scanner
+        what to fire and when to look next."""
+        at, d = now.replace(tzinfo=None), deadlines.c
+        # Strings compared as Python compares them (by code point), whatever
+        # the database's collation: `DueDeadline.key` orders the rows read.
+        run_id, kind = (
+            (d.run_id.collate("C"), d.kind.collate("C")) if self.is_pg else (d.run_id, d.kind)
+        )
+        due_now = select(deadlines).where(d.due <= at)
+        if after is not None:
+            # (`due >=` too: it bounds the scan of the due index, which the
+            # comparison of the whole key alone may not do.)
+            since = after.due.replace(tzinfo=None)
+            due_now = due_now.where(
+                d.due >= since,
+                tuple_(d.due, run_id, kind, d.ref_id)
+                > tuple_(since, after.run_id, after.kind, after.ref_id),
+            )
         # Two ordered scans of the due index that each stop early (an OR of the
         # two would read every overdue row, after an outage too, to sort them).
         parts = (
-            select(deadlines).where(due <= at).order_by(due).limit(limit + 1),
-            select(deadlines).where(due > at).order_by(due).limit(1),
+            due_now.order_by(d.due, run_id, kind, d.ref_id).limit(limit + 1),
+            select(deadlines).where(d.due > at).order_by(d.due).limit(1),
         )
         rows = await self._rows(union_all(*(select(p.subquery()) for p in parts)))
         found = [DueDeadline(r.run_id, r.kind, r.ref_id, aware(r.due)) for r in rows]
-        return sorted(found, key=lambda d: d.due)
+        return sorted(found, key=DueDeadline.key)
 
     async def backlog(self, namespace: str, kind: str, task_list: str) -> int:
         row = await self._first(

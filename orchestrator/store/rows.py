@@ -93,6 +93,11 @@ class DueDeadline:
     ref_id: int
     due: datetime
 
+    def key(self) -> tuple[datetime, str, str, int]:
+        """The scanner's order: by due time, ties in a fixed order (so that
+        it can read on after any row, however many share its due time)."""
+        return (self.due, self.run_id, self.kind, self.ref_id)
+
 
 def run_row(r: Any) -> RunRow:
     return RunRow(

@@ -12,11 +12,12 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from datetime import UTC, datetime
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 
 import structlog
 
-from orchestrator.engine.errors import EngineError
+from orchestrator.engine.errors import Unavailable
 from orchestrator.engine.timeouts import fire_deadline
 from orchestrator.metrics import Metrics
 from orchestrator.store.store import DueDeadline, Store
@@ -25,6 +26,10 @@ log = structlog.get_logger("weft.timers")
 
 _IDLE_RECHECK = 1.0  # deadlines another node creates are seen within this
 _BATCH = 200
+# A due row that did not fire is tried again after this, doubling each time up
+# to the most: at first as soon as a rounding needs, at last every 5 minutes.
+_RETRY_FIRST = 0.05
+_RETRY_MAX = 300.0
 
 
 class DeadlineScanner:
@@ -37,6 +42,9 @@ class DeadlineScanner:
         """The earliest deadline hinted while a pass runs (the pass's read may
         have come before its commit); taken into the pause after the pass."""
         self._passing = False
+        self._failing: dict[tuple[str, str, int], _Failing] = {}
+        """Due rows that did not fire, by (run, kind, ref), until one fires or
+        is no longer due."""
 
     def hint(self, due: float) -> None:
         """A commit on this node created a deadline: wake early if it is sooner
@@ -66,9 +74,8 @@ class DeadlineScanner:
             if self._next_due is not None:
                 pause = min(pause, self._next_due - now)
             if not fired:
-                # A due row the engine judged not yet due (clock skew between
-                # nodes, rounding): look again shortly rather than spin.
-                pause = max(pause, 0.05)
+                # A due row whose run was busy: look again shortly rather than spin.
+                pause = max(pause, _RETRY_FIRST)
             # No await since the pass ended: no hint can have come in between.
             self._wake.clear()
             if pause > 0:
@@ -77,39 +84,103 @@ class DeadlineScanner:
 
     async def fire_due(self) -> tuple[int, datetime | None]:
         """Fire every due deadline. Returns how many appended an event, and when
-        to look again (None: no deadline is left), both from the read that found
-        the due ones: at the first due one that did not fire (its run was busy,
-        or the engine judged it not yet due), else at the first not yet due."""
+        to look again (None: no deadline is left), both from the reads that found
+        the due ones: the earliest of the first due one that did not fire (its
+        run was busy, or the engine judged it not yet due), the next try of one
+        that failed, and the first not yet due.
+
+        The due ones are read in pages, each after the last row of the one
+        before: rows that cannot fire never hide the rows behind them."""
         fired = 0
+        looks: list[datetime] = []
+        after: DueDeadline | None = None
+        seen: set[tuple[str, str, int]] = set()
         while True:
             now = datetime.now(UTC)
-            rows = await self._store.deadlines_due_and_next(now, _BATCH)
+            rows = await self._store.deadlines_due_and_next(now, _BATCH, after)
             due = [row for row in rows if row.due <= now]
-            moved = False
-            first_unfired: datetime | None = None
             for row in due:
-                if await self._fire(row):
+                ref = (row.run_id, row.kind, row.ref_id)
+                seen.add(ref)
+                again = await self._fire_unless_failing(row, ref, now)
+                if again is None:
                     fired += 1
-                    moved = True
-                elif first_unfired is None:
-                    first_unfired = row.due
-            if len(due) > _BATCH and moved:
-                continue  # more were due than one read brings, and these moved
-            if first_unfired is not None:
-                return fired, first_unfired
-            return fired, next((row.due for row in rows if row.due > now), None)
+                else:
+                    looks.append(again)
+            if len(due) > _BATCH:
+                after = due[-1]
+                continue  # more were due than one read brings: read on after them
+            # A complete pass: what failed before and is no longer due is gone.
+            self._failing = {ref: f for ref, f in self._failing.items() if ref in seen}
+            looks.extend(row.due for row in rows if row.due > now)
+            return fired, min(looks, default=None)
 
-    async def _fire(self, row: DueDeadline) -> bool:
+    async def _fire_unless_failing(
+        self, row: DueDeadline, ref: tuple[str, str, int], now: datetime
+    ) -> datetime | None:
+        """None if it fired; else when to look at it again. A row that did not
+        fire (and was not busy) is tried again after a back-off that doubles
+        each time, and not before."""
+        failing = self._failing.get(ref)
+        if failing is not None and failing.retry_at > now:
+            return failing.retry_at
+        outcome = await self._fire(row)
+        if outcome is True:
+            self._failing.pop(ref, None)
+            return None
+        if outcome is None:
+            # Busy: another node or a command has the run; look again shortly.
+            self._failing.pop(ref, None)
+            return row.due
+        # Firing raised (a run the engine cannot read, a bug), or the engine
+        # found it not due in the run's state (rounding; or a row out of step
+        # with its run, which retrying does not mend): back off, so that the
+        # row neither costs a transaction every pass nor floods the log. The
+        # database out of reach is no fault of the row's: once it is back, the
+        # row fires within a second.
+        unavailable = isinstance(outcome, Unavailable)
+        failing = _Failing.next(failing, now, _IDLE_RECHECK if unavailable else _RETRY_MAX)
+        self._failing[ref] = failing
+        log.warning(
+            "timers.fire_failed",
+            run_id=row.run_id,
+            kind=row.kind,
+            ref_id=row.ref_id,
+            attempts=failing.attempts,
+            retry_in=round((failing.retry_at - now).total_seconds(), 3),
+            error=_said(outcome) if outcome is not False else "not due in its run's state",
+        )
+        self._metrics.deadlines_failed.labels(row.kind).inc()
+        return failing.retry_at
+
+    async def _fire(self, row: DueDeadline) -> bool | Exception | None:
+        """True if it appended an event; False if the engine found it not due;
+        None if its run was busy; what firing it raised, if it did."""
         try:
             appended = await self._store.transact_unless_busy(
                 row.run_id, lambda t: fire_deadline(t, row.kind, row.ref_id)
             )
-        except (EngineError, Exception) as exc:
-            log.warning("timers.fire_failed", run_id=row.run_id, kind=row.kind, error=str(exc))
-            return False
-        if appended is None:
-            return False  # busy: another node or a command has the run; seen again next pass
+        except Exception as exc:  # (EngineError included)
+            return exc
         if appended:
             self._metrics.deadlines_fired.labels(row.kind).inc()
             log.info("timers.fired", run_id=row.run_id, kind=row.kind, ref_id=row.ref_id)
         return appended
+
+
+@dataclass(frozen=True)
+class _Failing:
+    """A due row that did not fire: how often in a row, and when to try again."""
+
+    attempts: int
+    retry_at: datetime
+
+    @classmethod
+    def next(cls, before: _Failing | None, now: datetime, most: float) -> _Failing:
+        attempts = 1 if before is None else before.attempts + 1
+        pause = min(_RETRY_FIRST * 2 ** min(attempts - 1, 32), most)
+        return cls(attempts, now + timedelta(seconds=pause))
+
+
+def _said(exc: BaseException) -> str:
+    return f"{type(exc).__name__}: {exc}"[:200]

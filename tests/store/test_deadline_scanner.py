@@ -198,3 +198,100 @@ async def test_a_pass_that_fails_keeps_its_hints_and_the_next_pass_fires(
             task.cancel()
             with pytest.raises(asyncio.CancelledError):
                 await task
+
+
+def _failures(scanner: DeadlineScanner) -> float:
+    return sum(
+        sample.value
+        for metric in scanner._metrics.deadlines_failed.collect()
+        for sample in metric.samples
+        if sample.name.endswith("_total")
+    )
+
+
+async def test_due_rows_that_cannot_fire_hide_nothing_and_are_tried_again_less_often(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # More rows that can never fire than a read brings, due before a good one.
+    monkeypatch.setattr(scanner_module, "_BATCH", 2)
+    editor = create_engine(migrate.sync_url(db_url))
+    try:
+        async with _scanning(db_url) as (store, scanner):
+            broken = [await _overdue(store) for _ in range(3)]
+            good = await _overdue(store)
+            with editor.begin() as conn:  # runs whose state the engine cannot read
+                kept = {
+                    r: conn.scalar(text("SELECT state FROM runs WHERE run_id = :r"), {"r": r})
+                    for r in broken
+                }
+                for run_id in broken:
+                    conn.execute(
+                        text("UPDATE runs SET state = 'not json' WHERE run_id = :r"), {"r": run_id}
+                    )
+
+            fired, nxt = await scanner.fire_due()
+            assert fired == 1 and await _timed_out(store, good)
+            assert _failures(scanner) == 3
+            # The next look is their next try, soon: not the past due time of a
+            # row that failed (a pass every few milliseconds), nor none at all.
+            assert nxt is not None and nxt > datetime.now(UTC)
+            assert nxt < datetime.now(UTC) + timedelta(seconds=1)
+
+            # Before that, a pass reads them but does not try them again.
+            tries: list[str] = []
+            transact = store.transact_unless_busy
+
+            async def counted(run_id: str, fn: Any) -> Any:
+                tries.append(run_id)
+                return await transact(run_id, fn)
+
+            monkeypatch.setattr(store, "transact_unless_busy", counted)
+            assert (await scanner.fire_due())[0] == 0
+            assert _failures(scanner) == 3 and tries == []
+
+            # Each failure doubles the wait before the next try.
+            waits = []
+            for _ in range(3):
+                await asyncio.sleep(max(0.0, (nxt - datetime.now(UTC)).total_seconds()))
+                tried = datetime.now(UTC)
+                _, nxt = await scanner.fire_due()
+                assert nxt is not None
+                waits.append((nxt - tried).total_seconds())
+            assert _failures(scanner) == 12
+            assert waits[1] > 1.5 * waits[0] and waits[2] > 1.5 * waits[1]
+
+            # Mended, they fire at their next try, and are forgotten.
+            with editor.begin() as conn:
+                for run_id, state in kept.items():
+                    conn.execute(
+                        text("UPDATE runs SET state = :s WHERE run_id = :r"),
+                        {"s": state, "r": run_id},
+                    )
+            await asyncio.sleep(max(0.0, (nxt - datetime.now(UTC)).total_seconds()))
+            assert await scanner.fire_due() == (3, None)
+            assert [await _status(store, r) for r in broken] == ["timed_out"] * 3
+            assert scanner._failing == {}
+    finally:
+        editor.dispose()
+
+
+async def test_more_rows_than_a_read_brings_with_one_due_time_all_fire(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Rows that share their due time (timers one decision started together):
+    # the pass reads on after the last row of a page, not after its due time.
+    monkeypatch.setattr(scanner_module, "_BATCH", 2)
+    editor = create_engine(migrate.sync_url(db_url))
+    try:
+        async with _scanning(db_url) as (store, scanner):
+            overdue = [await _overdue(store) for _ in range(7)]
+            with editor.begin() as conn:
+                conn.execute(text("UPDATE deadlines SET due = (SELECT MIN(due) FROM deadlines)"))
+            assert (
+                len({d.due for d in await store.deadlines_due_and_next(datetime.now(UTC), 9)}) == 1
+            )
+            async with asyncio.timeout(10):
+                assert await scanner.fire_due() == (7, None)
+            assert [await _status(store, r) for r in overdue] == ["timed_out"] * 7
+    finally:
+        editor.dispose()
