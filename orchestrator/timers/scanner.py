@@ -133,14 +133,18 @@ class DeadlineScanner:
             self._failing.pop(ref, None)
             return row.due
         # Firing raised (a run the engine cannot read, a bug), or the engine
-        # found it not due in the run's state (rounding; or a row out of step
-        # with its run, which retrying does not mend): back off, so that the
-        # row neither costs a transaction every pass nor floods the log. The
+        # found it not due in the run's state: back off, so that the row
+        # neither costs a transaction every pass nor floods the log. The
         # database out of reach is no fault of the row's: once it is back, the
         # row fires within a second.
         unavailable = isinstance(outcome, Unavailable)
         failing = _Failing.next(failing, now, _IDLE_RECHECK if unavailable else _RETRY_MAX)
         self._failing[ref] = failing
+        if outcome is False and failing.attempts == 1:
+            # Not due once is no failure: another node fired it after this
+            # pass read it (the row is gone at the next look), or a rounding.
+            # Not due again, the row is out of step with its run.
+            return failing.retry_at
         log.warning(
             "timers.fire_failed",
             run_id=row.run_id,

@@ -295,3 +295,50 @@ async def test_more_rows_than_a_read_brings_with_one_due_time_all_fire(
             assert [await _status(store, r) for r in overdue] == ["timed_out"] * 7
     finally:
         editor.dispose()
+
+
+async def test_a_row_another_node_fired_is_no_failure_but_one_out_of_step_is(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    editor = create_engine(migrate.sync_url(db_url))
+    try:
+        async with _scanning(db_url) as (store, scanner):
+            other = DeadlineScanner(store, Metrics())  # another node's scanner
+            raced = await _overdue(store)
+            read = store.deadlines_due_and_next
+
+            async def read_then_lose_the_race(*args: Any) -> Any:
+                rows = await read(*args)
+                monkeypatch.setattr(store, "deadlines_due_and_next", read)
+                await other.fire_due()  # fires the row after this pass read it
+                return rows
+
+            monkeypatch.setattr(store, "deadlines_due_and_next", read_then_lose_the_race)
+            fired, nxt = await scanner.fire_due()
+            assert fired == 0 and await _timed_out(store, raced)
+            assert nxt is not None and nxt < datetime.now(UTC) + timedelta(seconds=1)
+            assert await scanner.fire_due() == (0, None)  # gone: nothing failed
+            assert _failures(scanner) == 0 and scanner._failing == {}
+
+            # A row its run does not have (a hand edit, a bug): not due at its
+            # first try, again at its second, and from then on a failure.
+            run_id = await _start(store, execution_timeout=3600)
+            with editor.begin() as conn:
+                conn.execute(
+                    text(
+                        "INSERT INTO deadlines (run_id, kind, ref_id, due)"
+                        " VALUES (:r, 'timer', 999, :due)"
+                    ),
+                    {"r": run_id, "due": datetime(2020, 1, 1)},
+                )
+            _, nxt = await scanner.fire_due()
+            assert _failures(scanner) == 0
+            assert nxt is not None and nxt < datetime.now(UTC) + timedelta(seconds=1)
+            await asyncio.sleep(max(0.0, (nxt - datetime.now(UTC)).total_seconds()))
+            _, nxt = await scanner.fire_due()
+            assert (
+                _failures(scanner) == 1 and scanner._failing[(run_id, "timer", 999)].attempts == 2
+            )
+            assert await _status(store, run_id) == "open"
+    finally:
+        editor.dispose()
