@@ -138,15 +138,21 @@ class LongPolls:
         deadline = loop.time() + timeout
         wakeups = self._wakeups
         ticket: Ticket | None = None
+        # Woken to look, and not yet looked: a wake-up is a task committed
+        # since, which this poller looks for whatever is known of the list (a
+        # look that began before that commit may have found it empty), and
+        # passes on if it leaves without looking.
+        owed = False
         try:
             while not self.draining:
                 # In line before looking, so a commit during the look wakes it;
                 # but no task is handed to it until the look found none.
                 ticket = wakeups.ticket(key)
                 now = loop.time()
-                if not wakeups.known_empty(key, now, SAFETY_NET):
+                if owed or not wakeups.known_empty(key, now, SAFETY_NET):
                     generation = wakeups.generation(key)
                     got = await claim()
+                    owed = False
                     if got is not None:
                         return got
                     wakeups.found_empty(key, generation, loop.time())
@@ -162,15 +168,20 @@ class LongPolls:
                     return value
                 if remaining <= 0:
                     return None
+                owed = ticket.done()
                 wakeups.leave(key, ticket)
+                ticket = None  # (its wake-up, if any, is `owed` now)
             return None
         finally:
+            # Woken during its last look, or as it was cancelled, or woken and
+            # gone before its look: that wake-up may have been for a task it
+            # did not take, so the next in line looks.
+            woken = False
             if ticket is not None:
                 wakeups.leave(key, ticket)
-                # Woken during its last look, or as it was cancelled: that wake-up
-                # may have been for a task it did not take, so the next in line looks.
-                if ticket.done() and not ticket.cancelled() and ticket.result() is None:
-                    wakeups.wake_pollers(key)
+                woken = ticket.done() and not ticket.cancelled() and ticket.result() is None
+            if woken or owed:
+                wakeups.wake_pollers(key, woken + owed)
 
     def offer(self, t: Transition, added: list[TaskRef]) -> Callable[[bool], None] | None:
         """Start each new task of `t` for a poller waiting on it here, in `t`

@@ -162,19 +162,27 @@ class Wakeups:
             del self._pollers[key]
 
     def wake_pollers(self, key: Hashable, n: int = 1) -> None:
-        """Wake the `n` longest-waiting pollers of `key`."""
-        self._stamp += 1
-        self._generation[key] = self._stamp
-        self._maybe_sweep()
+        """Wake the `n` longest-waiting pollers of `key` (for `n` new tasks):
+        each woken poller looks in the database (`LongPolls`). Only wake-ups
+        that found no poller waiting (or `n` = 0) make the list not known
+        empty, so that the next polls to come look instead: with every wake-up
+        taken, the polls that come meanwhile park without a look, rather than
+        all look for the same tasks (which, between nodes, cost a claim each and
+        kept them from being handed tasks while they looked)."""
         queue = self._pollers.get(key)
-        while queue and n > 0:
+        left = n
+        while queue and left > 0:
             ticket = queue.popleft()
             ticket.queued = False
             if not ticket.done():
                 ticket.set_result(None)
-                n -= 1
+                left -= 1
         if queue is not None and not queue:
             del self._pollers[key]
+        if left > 0 or n <= 0:
+            self._stamp += 1
+            self._generation[key] = self._stamp
+            self._maybe_sweep()
 
     def waiting_pollers(self, key: Hashable) -> int:
         return len(self._pollers.get(key, ()))

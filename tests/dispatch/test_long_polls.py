@@ -4,6 +4,7 @@ until a commit wakes it) and each client may park only so many (dispatch/polls.p
 from __future__ import annotations
 
 import asyncio
+from typing import Any
 
 import pytest
 
@@ -88,6 +89,86 @@ async def test_wake_all_drops_what_was_known() -> None:
     backlog.tasks.append("missed notification")
     wakeups.wake_all()  # e.g. the LISTEN connection came back
     assert await poll == "missed notification"
+
+
+async def test_polls_that_come_while_a_woken_poller_looks_park_without_a_look() -> None:
+    """A wake-up a parked poller took is that poller's to look for: polls that
+    come meanwhile (as answers with their next poll do) park, instead of each
+    looking for the same task (between nodes, a claim each)."""
+    wakeups, backlog = Wakeups(), Backlog()
+    longpolls = LongPolls(wakeups)
+    first = asyncio.create_task(longpolls.poll(KEY, "client", 30, backlog.claim))
+    await wait_until(lambda: _true(wakeups.waiting_pollers(KEY) == 1))
+    assert backlog.looks == 1
+    backlog.tasks.append("t")
+    wakeups.wake_pollers(KEY)  # (another node's task: a notification)
+    later = [
+        asyncio.create_task(longpolls.poll(KEY, "client", 30, backlog.claim)) for _ in range(5)
+    ]
+    assert await first == "t"
+    await wait_until(lambda: _true(wakeups.waiting_pollers(KEY) == 5))
+    assert backlog.looks == 2  # the woken poller's, and no other
+    # A wake-up no poller waits for: the next poll to come looks.
+    for task in later:
+        task.cancel()
+    await asyncio.gather(*later, return_exceptions=True)
+    backlog.tasks.append("u")
+    wakeups.wake_pollers(KEY)
+    assert await longpolls.poll(KEY, "client", 30, backlog.claim) == "u"
+
+
+async def test_a_woken_poller_looks_though_a_look_begun_before_found_the_list_empty() -> None:
+    wakeups = Wakeups()
+    longpolls = LongPolls(wakeups)
+    tasks: list[str] = []
+    looks: list[str] = []
+    reading = asyncio.Event()
+    read = asyncio.Event()
+
+    def claim(name: str, slow: bool = False) -> Any:
+        async def look() -> str | None:
+            looks.append(name)
+            if slow and len(looks) > 1:
+                reading.set()
+                await read.wait()  # its read saw nothing; the commit comes meanwhile
+                return None
+            return tasks.pop() if tasks else None
+
+        return look
+
+    parked = asyncio.create_task(longpolls.poll(KEY, "client", 30, claim("parked")))
+    await wait_until(lambda: _true(wakeups.waiting_pollers(KEY) == 1))
+    wakeups.wake_pollers(KEY, 0)  # (a stamp, so that the slow look begins unsure)
+    slow = asyncio.create_task(longpolls.poll(KEY, "client", 30, claim("slow", slow=True)))
+    await reading.wait()
+    tasks.append("t")
+    wakeups.wake_pollers(KEY)  # wakes the parked poll, the longest waiting
+    read.set()  # the slow look ends and notes the list empty
+    assert await asyncio.wait_for(parked, 5) == "t"
+    slow.cancel()
+    await asyncio.gather(slow, return_exceptions=True)
+
+
+async def test_a_woken_poller_whose_look_fails_passes_its_wake_up_on() -> None:
+    wakeups, backlog = Wakeups(), Backlog()
+    longpolls = LongPolls(wakeups)
+    failing = True
+
+    async def claim_then_fail() -> str | None:
+        if failing and backlog.looks:
+            raise OSError("connection lost")
+        return await backlog.claim()
+
+    doomed = asyncio.create_task(longpolls.poll(KEY, "client", 30, claim_then_fail))
+    await wait_until(lambda: _true(wakeups.waiting_pollers(KEY) == 1))
+    other = asyncio.create_task(longpolls.poll(KEY, "client", 30, backlog.claim))
+    await wait_until(lambda: _true(wakeups.waiting_pollers(KEY) == 2))
+    backlog.tasks.append("t")
+    wakeups.wake_pollers(KEY)  # the first in line, whose look then fails
+    with pytest.raises(OSError):
+        await doomed
+    failing = False
+    assert await asyncio.wait_for(other, 5) == "t"
 
 
 async def test_each_client_may_park_only_so_many_polls() -> None:
