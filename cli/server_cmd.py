@@ -260,6 +260,7 @@ def server(
         purge_interval=purge_interval.total_seconds(),
         diagnose_interval=diagnose_interval.total_seconds(),
         reuse_port=reuse_port,
+        port_processes=workers if reuse_port else 1,
         tls_cert=tls_cert or "",
         tls_key=tls_key or "",
         tls_client_ca=tls_client_ca or "",

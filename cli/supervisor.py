@@ -29,10 +29,10 @@ QUICK_DEATH = 10.0  # seconds: a worker that dies sooner than this is paused lon
 STOP_GRACE = 60.0
 
 
-def _worker(settings: dict[str, str], index: int) -> subprocess.Popen[bytes]:
-    """Start worker `index`: `weft server --reuse-port` with the server's settings
-    in WEFT_* variables (a password in the database URL stays out of `ps`), its
-    metrics (if any) on the metrics port plus its index."""
+def _worker(settings: dict[str, str], index: int, workers: int) -> subprocess.Popen[bytes]:
+    """Start worker `index` of `workers`: `weft server --reuse-port` with the
+    server's settings in WEFT_* variables (a password in the database URL stays
+    out of `ps`), its metrics (if any) on the metrics port plus its index."""
     # Without WEFT_WORKERS: a worker that read it would start workers of its own.
     env = {k: v for k, v in os.environ.items() if k != "WEFT_WORKERS"} | settings
     metrics = settings.get("WEFT_METRICS_LISTEN", "")
@@ -45,7 +45,9 @@ def _worker(settings: dict[str, str], index: int) -> subprocess.Popen[bytes]:
     env["WEFT_NODE_NAME"] = f"{base}#{index}"
     # -P: the working directory stays off sys.path, so a `cli.py` or `cli/` of the
     # user's own there cannot stand in for the command.
-    argv = [sys.executable, "-P", "-m", "cli", "server", "--reuse-port"]
+    # (`--workers` beside `--reuse-port` only tells it how many share the port:
+    # its clients spread their poll connections over them.)
+    argv = [sys.executable, "-P", "-m", "cli", "server", "--reuse-port", "--workers", str(workers)]
     return subprocess.Popen(argv, env=env)
 
 
@@ -66,7 +68,7 @@ def supervise(settings: dict[str, str], workers: int) -> int:
     started: list[float] = []
     pauses: list[float] = []
     for index in range(workers):
-        procs.append(_worker(settings, index))
+        procs.append(_worker(settings, index, workers))
         started.append(time.monotonic())
         pauses.append(RESTART_PAUSE)
     signal.signal(signal.SIGTERM, stop)
@@ -85,7 +87,7 @@ def supervise(settings: dict[str, str], workers: int) -> int:
             pauses[index] = min(pause * 2, MAX_RESTART_PAUSE)
             if stopping.is_set():
                 break
-            procs[index] = _worker(settings, index)
+            procs[index] = _worker(settings, index, workers)
             started[index] = time.monotonic()
     deadline = time.monotonic() + STOP_GRACE
     for proc in procs:

@@ -28,6 +28,9 @@ class ServerConfig:
     """Seconds between diagnoses of stuck runs for the `weft_stuck_findings` gauge; 0: never."""
     reuse_port: bool = False
     """Share the listening port with the other workers of `--workers N`."""
+    port_processes: int = 1
+    """How many processes serve the listening port (the N of `--workers N`):
+    workers spread their poll connections over them."""
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)
     tls_cert: str = ""

@@ -168,14 +168,8 @@ class Server:
         )
         services = service_pb2.DESCRIPTOR.services_by_name
         handlers.register(server, self._service, services["WorkflowService"])
-        if not self.config.reuse_port:
-            # Not in a process of `--workers N`, for now: there, on lanes, far
-            # more of a worker's hand-offs went through the database to another
-            # process than unary (3.6-5.0 transactions per activity against
-            # 2.5-3.2, bench.hotpath --server-workers 2), for a reason not yet
-            # found. Its clients find no LaneService and call unary.
-            self._lanes = lanes.Lanes(self._service, services["WorkflowService"])
-            lanes.register(server, self._lanes)
+        self._lanes = lanes.Lanes(self._service, services["WorkflowService"])
+        lanes.register(server, self._lanes)
         handlers.register(server, admin, admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = [SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -226,6 +220,8 @@ class Server:
         """Write this node's row (starting), try for the upkeep lease once, and
         start the loops that keep both and do the leader's upkeep."""
         name = self.config.node_name or default_node_name(self.config.listen, self.port)
+        if self._lanes is not None:
+            self._lanes.place(name, self.config.port_processes)
         self._membership = Membership(store, name, self.config.listen)
         await self._membership.arrive()
         self._leadership = Leadership(store, name, self.config.lease_period)

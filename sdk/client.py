@@ -44,12 +44,13 @@ from sdk.errors import (
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.in_process import InProcess
-from sdk.lanes import LANE_METHODS, Lanes, LanesUnsupported
+from sdk.lanes import LANE_METHODS, Lanes, LanesUnsupported, Placement
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleCalls
 from sdk.tls import TlsConfig, diagnose, looks_like_tls, open_channel, tls_config
 from sdk.visibility import VisibilityCalls
 from sdk.workflows import (
+    STATUS_FILTERS,
     ForcedRelease,
     LockInfo,
     NamespaceInfo,
@@ -79,11 +80,6 @@ _OUTCOMES: dict[str, type[WorkflowOutcomeError]] = {
     "WorkflowTimedOut": WorkflowTimedOutError,
     "WorkflowCanceled": WorkflowCanceledError,
     "WorkflowTerminated": WorkflowTerminatedError,
-}
-_STATUS_FILTERS = {
-    None: s.STATUS_FILTER_UNSPECIFIED,
-    "open": s.STATUS_FILTER_OPEN,
-    "closed": s.STATUS_FILTER_CLOSED,
 }
 
 
@@ -140,10 +136,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
 
     def fork(self) -> AsyncClient:
         """A client like this one on a connection of its own (not shared with
-        other channels to the address; in process, the same services). A server
-        of several processes on one port (`weft server --workers N`) gets each
-        connection in one of them: workers poll through a few of these, so their
-        polls wait in every process."""
+        other channels to the address; in process, the same services): a
+        worker's polls go through a few (`sdk.poll_connections`)."""
         twin = AsyncClient(
             self.address,
             namespace=self.namespace,
@@ -156,6 +150,11 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         )
         twin._own_connection = True
         return twin
+
+    async def placement(self) -> Placement | None:
+        """Where this connection landed (`Lanes.placement`); None: not said."""
+        self._service()  # (opens the channel and its lanes)
+        return await self._lanes.placement(10.0) if self._lanes is not None else None
 
     async def __aenter__(self) -> AsyncClient:
         return self
@@ -416,7 +415,7 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         limit: int = 100,
     ) -> list[WorkflowInfo]:
         """Runs, newest start first."""
-        if status not in _STATUS_FILTERS:
+        if status not in STATUS_FILTERS:
             raise ValueError(f"status must be 'open', 'closed' or None, not {status!r}")
         out: list[WorkflowInfo] = []
         token = b""
@@ -425,7 +424,7 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 "ListWorkflows",
                 s.ListWorkflowsRequest(
                     namespace=self.namespace,
-                    status_filter=_STATUS_FILTERS[status],
+                    status_filter=STATUS_FILTERS[status],
                     workflow_type=workflow_type,
                     workflow_id=workflow_id,
                     page_size=min(limit - len(out), 1000),

@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import asyncio
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import grpc
@@ -47,6 +48,11 @@ LANE_METHODS = frozenset(
     }
 )
 """The WorkflowService methods a client sends on lanes: a worker's task calls."""
+NODE_METADATA = "weft-node"
+"""A lane's initial metadata: the name of the node (server process) that took it."""
+PORT_PROCESSES_METADATA = "weft-port-processes"
+"""A lane's initial metadata: how many processes serve the port it reached (the
+N of `weft server --workers N`)."""
 
 _EXCHANGE = "/weft.v1.LaneService/Exchange"
 _METHODS = service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].methods_by_name
@@ -58,6 +64,15 @@ Metadata = Sequence[tuple[str, str]] | None
 
 
 Stream = grpc.aio.StreamStreamCall[Any, pb.LaneAnswer]
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where a connection landed: the node (server process) it reached, of
+    `processes` serving the same port."""
+
+    node: str
+    processes: int
 
 
 class LanesUnsupported(Exception):
@@ -83,6 +98,29 @@ class Lanes:
         self._idle: list[Stream] = []
         self.supported = True
         """False once the server said it has no `LaneService`."""
+
+    async def placement(self, timeout: float) -> Placement | None:
+        """Which process of the port this channel reached, and how many serve
+        it, as a new lane's opening says (the lane then waits in the pool for a
+        call); None if the server has no lanes or says nothing of it."""
+        if not self.supported:
+            return None
+        stream = self._open(metadata=self._metadata)
+        try:
+            async with asyncio.timeout(timeout):
+                metadata = dict(await stream.initial_metadata() or ())
+        except (TimeoutError, grpc.aio.AioRpcError):
+            stream.cancel()
+            return None
+        if stream.done():  # refused at its opening
+            if await stream.code() == grpc.StatusCode.UNIMPLEMENTED:
+                self.supported = False
+            return None
+        self._idle.append(stream)
+        node, processes = metadata.get(NODE_METADATA), metadata.get(PORT_PROCESSES_METADATA)
+        if not isinstance(node, str) or not isinstance(processes, str) or not processes.isdigit():
+            return None
+        return Placement(node, int(processes))
 
     async def call(self, method: str, request: Message, timeout: float | None) -> Any:
         """`WorkflowService.<method>(request)` on a stream, as the unary call would

@@ -32,6 +32,7 @@ from sdk.errors import (
     UnavailableError,
     WeftError,
 )
+from sdk.poll_connections import spread_connections
 from sdk.sync_client import Client
 from sdk.worker_session import WorkerSession
 
@@ -200,25 +201,29 @@ class Worker:
         keeper = asyncio.create_task(self.session.keep())
         slots = asyncio.Semaphore(self.concurrency)
         in_flight: set[asyncio.Task[None]] = set()
-        # Polls go over a few connections of their own: a server of several
-        # processes on one port then has polls of this worker waiting in each.
         loops = [task_list for task_list in self.task_lists for _ in range(self.pollers)]
-        connections = [self.client.fork() for _ in range(min(len(loops), POLL_CONNECTIONS))]
-        pollers = [
-            asyncio.create_task(
-                self._poll_loop(task_list, connections[n % len(connections)], slots, in_flight)
-            )
-            for n, task_list in enumerate(loops)
-        ]
-        log.info(
-            "worker.started",
-            kind=self.kind,
-            task_lists=self.task_lists,
-            identity=self.identity,
-            concurrency=self.concurrency,
-        )
+        connections: list[AsyncClient] = []
+        pollers: list[asyncio.Task[None]] = []
         try:
-            await self._stop.wait()
+            # Polls go over a few connections of their own, spread over the
+            # processes of a server of several on one port (`weft server
+            # --workers N`), so that polls of this worker wait in each.
+            wanted = min(len(loops), POLL_CONNECTIONS)
+            if await self._until_stopped(spread_connections(self.client, wanted, connections)):
+                pollers = [
+                    asyncio.create_task(
+                        self._poll_loop(task_list, connections[n % wanted], slots, in_flight)
+                    )
+                    for n, task_list in enumerate(loops)
+                ]
+                log.info(
+                    "worker.started",
+                    kind=self.kind,
+                    task_lists=self.task_lists,
+                    identity=self.identity,
+                    concurrency=self.concurrency,
+                )
+                await self._stop.wait()
         finally:
             for poller in pollers:
                 poller.cancel()

@@ -16,6 +16,13 @@ from sdk.converter import PayloadConverter
 from sdk.diagnostics import Finding
 from sdk.events import rfc3339
 
+STATUS_FILTERS = {
+    None: s.STATUS_FILTER_UNSPECIFIED,
+    "open": s.STATUS_FILTER_OPEN,
+    "closed": s.STATUS_FILTER_CLOSED,
+}
+"""`AsyncClient.list`'s `status`, as ListWorkflows filters by it."""
+
 
 @dataclass(frozen=True)
 class WorkflowRun:

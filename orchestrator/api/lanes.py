@@ -39,6 +39,7 @@ from orchestrator.engine.errors import EngineError, ResourceExhausted
 from orchestrator.metrics import Metrics
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.errors import LANE_REFUSED_METADATA
+from sdk.lanes import NODE_METADATA, PORT_PROCESSES_METADATA
 
 from .guard import Guard
 from .handlers import MalformedRequest, lenient
@@ -66,6 +67,12 @@ class Lanes:
         self._per_client = ClientShares(service.polls.max_per_client, "lanes open")
         self._waiting: set[asyncio.Task[Any]] = set()
         self._closing = False
+        self.placement: tuple[tuple[str, str], ...] = ()
+        """The metadata each stream opens with: `place` sets it."""
+
+    def place(self, node: str, processes: int) -> None:
+        """This node's name, and how many processes serve its port (`--workers N`)."""
+        self.placement = ((NODE_METADATA, node), (PORT_PROCESSES_METADATA, str(processes)))
 
     @property
     def open(self) -> int:
@@ -87,6 +94,9 @@ class Lanes:
         client = client_of(context.peer())
         await self._let_in(context, client)
         with self._per_client.hold(client):  # (nothing awaited since the check)
+            # Which process of the port took the stream, and how many there are:
+            # a worker spreads its poll connections over them (`sdk.lanes`).
+            await context.send_initial_metadata(self.placement)
             await self._serve(context, caller, task)
 
     async def _serve(

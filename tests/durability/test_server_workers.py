@@ -12,9 +12,12 @@ import asyncio
 import os
 import signal
 import subprocess
+from collections import Counter
 from pathlib import Path
 
 from sdk.api.weft.v1 import service_pb2_grpc as sg
+from sdk.client import AsyncClient
+from sdk.poll_connections import spread_connections
 from tests.helpers import Driver, complete, schedule, unique, wait_until
 from tests.serverproc import WEFT, ServerProcess, free_port
 
@@ -90,6 +93,34 @@ async def test_workers_serve_restart_and_drain(postgres_url: str, tmp_path: Path
         workers = _children(supervisor)
         assert await node.terminate() == 0, node.log_tail()
         assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    finally:
+        node.stop()
+
+
+async def test_a_workers_poll_connections_are_spread_over_the_processes(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    """The kernel places each connection in one process at random; a worker's
+    poll connections end up two in each of two (by chance, only three times in
+    eight for four connections: three spreads in a row, about one in twenty)."""
+    node = ServerProcess(postgres_url, tmp_path, name="spread", extra_args=("--workers", "2"))
+    await node.start()
+    try:
+        assert node.proc is not None
+        supervisor = node.proc.pid
+        await wait_until(lambda: _ready(len(_children(supervisor)) == 2))
+        await node.wait_serving()
+        async with AsyncClient(node.address) as client:
+            for _ in range(3):
+                connections: list[AsyncClient] = []
+                try:
+                    await spread_connections(client, 4, connections)
+                    places = [await c.placement() for c in connections]
+                finally:
+                    await asyncio.gather(*(c.close() for c in connections))
+                assert all(p is not None and p.processes == 2 for p in places), places
+                held = Counter(p.node for p in places if p is not None)
+                assert sorted(held.values()) == [2, 2], held
     finally:
         node.stop()
 

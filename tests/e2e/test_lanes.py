@@ -24,7 +24,8 @@ from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.errors import InvalidArgumentError, UnavailableError
-from sdk.lanes import Lanes, LanesUnsupported
+from sdk.lanes import Lanes, LanesUnsupported, Placement
+from sdk.poll_connections import spread_connections
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import rpc_calls, unique, wait_until
 
@@ -313,20 +314,44 @@ async def test_a_call_on_a_stream_that_ended_unseen_goes_on_a_new_one() -> None:
             assert answer == s.PollForDecisionTaskResponse()
 
 
-async def test_a_process_of_several_on_one_port_has_no_lanes(server_config: ServerConfig) -> None:
-    """`weft server --workers N` (its processes share the port): its clients call
-    unary, for now (see `Server.start`)."""
-    node = Server(replace(server_config, reuse_port=True))
+async def test_a_lane_says_which_process_of_its_port_took_it(server_config: ServerConfig) -> None:
+    """A process of `weft server --workers 2` (its port shared): its lanes open
+    with its node name and the number of processes, which a worker's poll
+    connections are spread by (`sdk.poll_connections`); calls on them are
+    handled once, as on any node."""
+    node = Server(replace(server_config, reuse_port=True, port_processes=2, node_name="n#1"))
     await node.start()
     try:
         async with AsyncClient(f"127.0.0.1:{node.port}") as client:
+            assert await client.placement() == Placement("n#1", 2)
             with pytest.raises(InvalidArgumentError):
                 await client.rpc("RecordActivityHeartbeat", heartbeat())
-            assert client._lanes is not None and not client._lanes.supported
-            assert node._lanes is None
+            assert lanes_open(node) == 1  # (the call took the lane the placement opened)
         assert rpc_calls(node, "RecordActivityHeartbeat", "INVALID_ARGUMENT") == 1
     finally:
         await node.stop(grace=0.5)
+
+
+async def test_a_server_without_lanes_says_no_placement(server: Server) -> None:
+    stand_in_server = grpc.aio.server()
+    handlers.register(stand_in_server, NoLanes(), s.DESCRIPTOR.services_by_name["WorkflowService"])
+    port = stand_in_server.add_insecure_port("127.0.0.1:0")
+    await stand_in_server.start()
+    try:
+        async with AsyncClient(f"127.0.0.1:{port}") as client:
+            assert await client.placement() is None
+            assert client._lanes is not None and not client._lanes.supported
+        # A node of its own on its port: one process; a worker dials no more.
+        async with AsyncClient(f"127.0.0.1:{server.port}") as client:
+            place = await client.placement()
+            assert place is not None and place.processes == 1 and place.node
+            connections: list[AsyncClient] = []
+            await spread_connections(client, 4, connections)
+            assert len(connections) == 4
+            assert lanes_open(server) == 1 + 4
+            await asyncio.gather(*(c.close() for c in connections))
+    finally:
+        await stand_in_server.stop(0)
 
 
 async def end_at_once(calls: Any, context: Any) -> AsyncIterator[pb.LaneAnswer]:
