@@ -44,7 +44,8 @@ class Metrics:
         self.deadlines_failed = Counter(
             "weft_deadline_fire_failures_total",
             "Due timeouts and timers that did not fire (firing raised, or the run's"
-            " state did not have them due): each is tried again after a back-off",
+            " state did not have them due, twice in a row): each is tried again"
+            " after a back-off",
             ["kind"],
             registry=self.registry,
         )

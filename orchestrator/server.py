@@ -173,9 +173,7 @@ class Server:
         handlers.register(server, admin, admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = [SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
-        if self._lanes is not None:
-            names.append(lanes.SERVICE.full_name)
-        reflection.enable_server_reflection(names, server)
+        reflection.enable_server_reflection([*names, lanes.SERVICE.full_name], server)
         if self.tls is not None:
             self.port = server.add_secure_port(self.config.listen, self.tls.credentials())
         else:

@@ -44,7 +44,7 @@ from sdk.errors import (
 )
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.in_process import InProcess
-from sdk.lanes import LANE_METHODS, Lanes, LanesUnsupported, Placement
+from sdk.lanes import LANE_METHODS, PLACEMENT_WAIT, Lanes, LanesUnsupported, Placement
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleCalls
 from sdk.tls import TlsConfig, diagnose, looks_like_tls, open_channel, tls_config
@@ -154,7 +154,7 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
     async def placement(self) -> Placement | None:
         """Where this connection landed (`Lanes.placement`); None: not said."""
         self._service()  # (opens the channel and its lanes)
-        return await self._lanes.placement(10.0) if self._lanes is not None else None
+        return await self._lanes.placement(PLACEMENT_WAIT) if self._lanes is not None else None
 
     async def __aenter__(self) -> AsyncClient:
         return self

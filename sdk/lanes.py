@@ -14,10 +14,13 @@ its timeout as a deadline (DEADLINE_EXCEEDED), and a cancelled caller cancels
 the call in the server. A stream the server cut while a call was on it raises
 UNAVAILABLE, as a lost connection does (one that failed otherwise, its own
 status); a call on an idle stream that had ended goes on a new one. A server
-without `LaneService` (older than this SDK, or a process of `weft server
---workers N`) is called unary from then on, and a call whose lane is refused
-for the client's share of lanes (`LANE_REFUSED_METADATA`), or whose new stream
-ends before taking it, goes unary.
+without `LaneService` (older than lanes) is called unary from then on, and a
+call whose lane is refused for the client's share of lanes
+(`LANE_REFUSED_METADATA`), or whose new stream ends before taking it, goes unary.
+
+A lane opens with the name of the process that took it and how many serve its
+port (`placement`): a worker spreads its poll connections by that
+(`sdk.poll_connections`).
 """
 
 from __future__ import annotations
@@ -53,6 +56,9 @@ NODE_METADATA = "weft-node"
 PORT_PROCESSES_METADATA = "weft-port-processes"
 """A lane's initial metadata: how many processes serve the port it reached (the
 N of `weft server --workers N`)."""
+PLACEMENT_WAIT = 2.0
+"""Seconds `AsyncClient.placement` waits for a lane's opening to say where it
+landed (a server older than this SDK never says)."""
 
 _EXCHANGE = "/weft.v1.LaneService/Exchange"
 _METHODS = service_pb2.DESCRIPTOR.services_by_name["WorkflowService"].methods_by_name
@@ -101,22 +107,28 @@ class Lanes:
 
     async def placement(self, timeout: float) -> Placement | None:
         """Which process of the port this channel reached, and how many serve
-        it, as a new lane's opening says (the lane then waits in the pool for a
-        call); None if the server has no lanes or says nothing of it."""
+        it, as a lane's opening says: an idle lane's, or a new one's (which then
+        waits in the pool for a call). None if the server has no lanes, says
+        nothing of it (a server older than this SDK), or not within `timeout`."""
         if not self.supported:
             return None
-        stream = self._open(metadata=self._metadata)
+        stream = next((idle for idle in reversed(self._idle) if not idle.done()), None)
+        opened = stream is None
+        if stream is None:
+            stream = self._open(metadata=self._metadata)
         try:
             async with asyncio.timeout(timeout):
                 metadata = dict(await stream.initial_metadata() or ())
         except (TimeoutError, grpc.aio.AioRpcError):
-            stream.cancel()
+            if opened:
+                stream.cancel()
             return None
         if stream.done():  # refused at its opening
             if await stream.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self.supported = False
             return None
-        self._idle.append(stream)
+        if opened:
+            self._idle.append(stream)
         node, processes = metadata.get(NODE_METADATA), metadata.get(PORT_PROCESSES_METADATA)
         if not isinstance(node, str) or not isinstance(processes, str) or not processes.isdigit():
             return None

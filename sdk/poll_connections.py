@@ -8,11 +8,13 @@ the database to another process (a row, a notification and a claim). Left to
 chance, four connections put all of a worker's polls in one process of two one
 time in eight, and three in one of them half the time.
 
-So a worker asks each of its connections where it landed (a lane's opening
-says: the process's node name, and how many processes serve the port) and dials
-again in place of one that landed in a process holding its share already, until
-each process holds its share or the tries run out. Against a server of one
-process, or one that does not say, nothing more is dialled.
+So a worker asks where its connection landed (a lane's opening says: the
+process's node name, and how many processes serve the port). Against several,
+it dials its poll connections, and dials again in place of one that landed in a
+process holding its share already, until the processes hold shares that differ
+by one at most (with more processes than connections, one each in as many), or
+the tries run out. Against one process, or a server that does not say, the
+connections are dialled as they are, and nothing more.
 """
 
 from __future__ import annotations
@@ -32,39 +34,69 @@ async def spread_connections(client: AsyncClient, wanted: int, into: list[AsyncC
     spread evenly over the processes serving its address as far as `TRIES`
     allows. Whatever else was dialled is closed, a cancellation included; what
     is in `into` is the caller's to close."""
+    place = await _placement(client)
+    if place is None or place.processes <= 1:
+        into.extend(client.fork() for _ in range(wanted))
+        return
     dialled: list[AsyncClient] = []
     try:
-        await _spread(client, wanted, into, dialled)
+        await _spread(client, wanted, place.processes, into, dialled)
     finally:
         extra = [c for c in dialled if not any(c is kept for kept in into)]
         await asyncio.gather(*(c.close() for c in extra), return_exceptions=True)
 
 
 async def _spread(
-    client: AsyncClient, wanted: int, into: list[AsyncClient], dialled: list[AsyncClient]
+    client: AsyncClient,
+    wanted: int,
+    processes: int,
+    into: list[AsyncClient],
+    dialled: list[AsyncClient],
 ) -> None:
-    held: Counter[str] = Counter()
-    surplus: list[AsyncClient] = []
-    share = wanted  # until a connection says how many processes there are
+    shares = _Shares(wanted, processes)
+    fallback: list[AsyncClient] = []  # landed where a share was full: kept in case
     tries = TRIES * wanted
     while len(into) < wanted and tries > 0:
         batch = [client.fork() for _ in range(min(wanted - len(into), tries))]
         dialled.extend(batch)
         tries -= len(batch)
-        places = await asyncio.gather(*(c.placement() for c in batch))
-        processes = max((p.processes for p in places if p is not None), default=1)
-        share = min(share, -(-wanted // max(1, min(processes, wanted))))  # (ceiling)
+        places = await asyncio.gather(*(_placement(c) for c in batch))
         for connection, place in zip(batch, places, strict=True):
-            if _fits(place, held, share) and len(into) < wanted:
+            if place is not None and len(into) < wanted and shares.take(place.node):
                 into.append(connection)
-                if place is not None:
-                    held[place.node] += 1
             else:
-                surplus.append(connection)
-    into.extend(surplus[: wanted - len(into)])  # the tries ran out: as they landed
+                fallback.append(connection)
+        # Only as many kept in case as could still be wanted: the rest let go now
+        # (each holds a lane, counted against this host's share of the server's).
+        keep = wanted - len(into)
+        await asyncio.gather(*(c.close() for c in fallback[keep:]), return_exceptions=True)
+        del fallback[keep:]
+    into.extend(fallback[: wanted - len(into)])  # the tries ran out: as they landed
 
 
-def _fits(place: Placement | None, held: Counter[str], share: int) -> bool:
-    """Whether a connection that landed at `place` is wanted: its process holds
-    fewer than its share (one that says nothing is taken as it is)."""
-    return place is None or held[place.node] < share
+async def _placement(client: AsyncClient) -> Placement | None:
+    """Where `client`'s connection landed; None if the server did not say (or
+    the asking failed: the connection is then as good as one of chance)."""
+    try:
+        return await client.placement()
+    except Exception:  # (never a reason not to poll)
+        return None
+
+
+class _Shares:
+    """How many connections each process may hold: `wanted` over `processes`,
+    shares that differ by one at most (so with `wanted` = 4 and 3 processes, 2,
+    1 and 1: never 2, 2 and 0)."""
+
+    def __init__(self, wanted: int, processes: int) -> None:
+        self._base, self._larger = divmod(wanted, min(processes, wanted))
+        self._held: Counter[str] = Counter()
+
+    def take(self, node: str) -> bool:
+        """Whether a connection that landed in `node` is wanted there (then held)."""
+        held = self._held[node]
+        larger = sum(1 for n in self._held.values() if n > self._base)
+        if held < self._base or (held == self._base and larger < self._larger):
+            self._held[node] += 1
+            return True
+        return False

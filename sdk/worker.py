@@ -207,7 +207,7 @@ class Worker:
         try:
             # Polls go over a few connections of their own, spread over the
             # processes of a server of several on one port (`weft server
-            # --workers N`), so that polls of this worker wait in each.
+            # --workers N`; `sdk.poll_connections`).
             wanted = min(len(loops), POLL_CONNECTIONS)
             if await self._until_stopped(spread_connections(self.client, wanted, connections)):
                 pollers = [

@@ -181,7 +181,7 @@ class LongPolls:
                 wakeups.leave(key, ticket)
                 woken = ticket.done() and not ticket.cancelled() and ticket.result() is None
             if woken or owed:
-                wakeups.wake_pollers(key, woken + owed)
+                wakeups.wake_pollers(key, int(woken) + int(owed))
 
     def offer(self, t: Transition, added: list[TaskRef]) -> Callable[[bool], None] | None:
         """Start each new task of `t` for a poller waiting on it here, in `t`

@@ -16,10 +16,12 @@ that lands between its look and its wait is never lost.
 
 Every commit that adds tasks to a list wakes that list (here, or through
 LISTEN/NOTIFY from another node), so a list found empty stays known empty until
-its next wake-up: parked polls cost no database look at all. The knowledge is
-dropped after a while anyway (`SAFETY_NET`), and whenever the notification
-link was down (`wake_all`). What is noted of lists nobody waits on is swept
-as lists come and go (`_sweep`).
+a wake-up that no parked poller takes: parked polls cost no database look at
+all. A wake-up a parked poller takes is that poller's to look for, whatever is
+known of the list (`LongPolls` keeps this rule): a look begun before the commit
+may note the list empty after it. The knowledge is dropped after a while anyway
+(`SAFETY_NET`), and whenever the notification link was down (`wake_all`). What
+is noted of lists nobody waits on is swept as lists come and go (`_sweep`).
 """
 
 from __future__ import annotations
@@ -164,11 +166,11 @@ class Wakeups:
     def wake_pollers(self, key: Hashable, n: int = 1) -> None:
         """Wake the `n` longest-waiting pollers of `key` (for `n` new tasks):
         each woken poller looks in the database (`LongPolls`). Only wake-ups
-        that found no poller waiting (or `n` = 0) make the list not known
-        empty, so that the next polls to come look instead: with every wake-up
-        taken, the polls that come meanwhile park without a look, rather than
-        all look for the same tasks (which, between nodes, cost a claim each and
-        kept them from being handed tasks while they looked)."""
+        left over, when fewer than `n` pollers waited (or `n` = 0), make the
+        list not known empty, so that the next polls to come look instead: with
+        every wake-up taken, the polls that come meanwhile park without a look,
+        rather than all look for the same tasks (which, between nodes, cost a
+        claim each and kept them from being handed tasks while they looked)."""
         queue = self._pollers.get(key)
         left = n
         while queue and left > 0:
@@ -190,7 +192,8 @@ class Wakeups:
     # -- what a look found --------------------------------------------------------------
 
     def generation(self, key: Hashable) -> int:
-        """Taken before a look: `found_empty` then records it only if no wake-up came since."""
+        """Taken before a look: `found_empty` then records it only if no wake-up
+        left over came since (one a poller took, that poller looks for)."""
         return self._generation.get(key, self._floor)
 
     def found_empty(self, key: Hashable, generation: int, now: float) -> None:
@@ -199,7 +202,8 @@ class Wakeups:
             self._maybe_sweep(now)
 
     def known_empty(self, key: Hashable, now: float, max_age: float) -> bool:
-        """Found empty within `max_age` seconds, and woken by no commit since."""
+        """Found empty within `max_age` seconds, and no wake-up left over since
+        (a poller woken looks whatever this says)."""
         seen = self._empty.get(key)
         return seen is not None and seen[0] == self.generation(key) and now - seen[1] < max_age
 

@@ -30,6 +30,7 @@ _BATCH = 200
 # to the most: at first as soon as a rounding needs, at last every 5 minutes.
 _RETRY_FIRST = 0.05
 _RETRY_MAX = 300.0
+_BUSY_RECHECK = 0.05  # a due row whose run another node or a command holds
 
 
 class DeadlineScanner:
@@ -74,8 +75,9 @@ class DeadlineScanner:
             if self._next_due is not None:
                 pause = min(pause, self._next_due - now)
             if not fired:
-                # A due row whose run was busy: look again shortly rather than spin.
-                pause = max(pause, _RETRY_FIRST)
+                # A due row whose run was busy (or past due on a clock a hair
+                # ahead): look again shortly rather than spin.
+                pause = max(pause, _BUSY_RECHECK)
             # No await since the pass ended: no hint can have come in between.
             self._wake.clear()
             if pause > 0:
@@ -85,12 +87,14 @@ class DeadlineScanner:
     async def fire_due(self) -> tuple[int, datetime | None]:
         """Fire every due deadline. Returns how many appended an event, and when
         to look again (None: no deadline is left), both from the reads that found
-        the due ones: the earliest of the first due one that did not fire (its
-        run was busy, or the engine judged it not yet due), the next try of one
-        that failed, and the first not yet due.
+        the due ones: the earliest of a due one whose run was busy (its due time,
+        so at once), the next try of one that did not fire (`_Failing`), and the
+        first not yet due.
 
         The due ones are read in pages, each after the last row of the one
-        before: rows that cannot fire never hide the rows behind them."""
+        before: rows that cannot fire never hide the rows behind them. (So each
+        pass reads every due row, those waiting for their next try too: a
+        page per 200 of them.)"""
         fired = 0
         looks: list[datetime] = []
         after: DueDeadline | None = None
@@ -129,16 +133,16 @@ class DeadlineScanner:
             self._failing.pop(ref, None)
             return None
         if outcome is None:
-            # Busy: another node or a command has the run; look again shortly.
-            self._failing.pop(ref, None)
+            # Busy: another node or a command has the run; look again shortly
+            # (a row failing before keeps its back-off: the other may be trying it).
             return row.due
+        now = datetime.now(UTC)  # (the back-off counts from the try's end)
         # Firing raised (a run the engine cannot read, a bug), or the engine
         # found it not due in the run's state: back off, so that the row
         # neither costs a transaction every pass nor floods the log. The
         # database out of reach is no fault of the row's: once it is back, the
         # row fires within a second.
-        unavailable = isinstance(outcome, Unavailable)
-        failing = _Failing.next(failing, now, _IDLE_RECHECK if unavailable else _RETRY_MAX)
+        failing = _Failing.next(failing, now, unavailable=isinstance(outcome, Unavailable))
         self._failing[ref] = failing
         if outcome is False and failing.attempts == 1:
             # Not due once is no failure: another node fired it after this
@@ -180,9 +184,14 @@ class _Failing:
     retry_at: datetime
 
     @classmethod
-    def next(cls, before: _Failing | None, now: datetime, most: float) -> _Failing:
-        attempts = 1 if before is None else before.attempts + 1
-        pause = min(_RETRY_FIRST * 2 ** min(attempts - 1, 32), most)
+    def next(cls, before: _Failing | None, now: datetime, *, unavailable: bool) -> _Failing:
+        """After one more failure: with the database out of reach, a second
+        later and the count as it was (an outage says nothing of the row)."""
+        attempts = 0 if before is None else before.attempts
+        if unavailable:
+            return cls(attempts, now + timedelta(seconds=_IDLE_RECHECK))
+        attempts += 1
+        pause = min(_RETRY_FIRST * 2 ** min(attempts - 1, 32), _RETRY_MAX)
         return cls(attempts, now + timedelta(seconds=pause))
 
 

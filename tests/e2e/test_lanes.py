@@ -24,7 +24,7 @@ from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.errors import InvalidArgumentError, UnavailableError
-from sdk.lanes import Lanes, LanesUnsupported, Placement
+from sdk.lanes import PLACEMENT_WAIT, Lanes, LanesUnsupported, Placement
 from sdk.poll_connections import spread_connections
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import rpc_calls, unique, wait_until
@@ -341,14 +341,16 @@ async def test_a_server_without_lanes_says_no_placement(server: Server) -> None:
         async with AsyncClient(f"127.0.0.1:{port}") as client:
             assert await client.placement() is None
             assert client._lanes is not None and not client._lanes.supported
-        # A node of its own on its port: one process; a worker dials no more.
+        # A node of its own on its port: one process; a worker dials no more,
+        # and its connections open when they are first used.
         async with AsyncClient(f"127.0.0.1:{server.port}") as client:
             place = await client.placement()
             assert place is not None and place.processes == 1 and place.node
+            assert await client.placement() == place and lanes_open(server) == 1  # (reused)
             connections: list[AsyncClient] = []
             await spread_connections(client, 4, connections)
             assert len(connections) == 4
-            assert lanes_open(server) == 1 + 4
+            assert lanes_open(server) == 1
             await asyncio.gather(*(c.close() for c in connections))
     finally:
         await stand_in_server.stop(0)
@@ -366,3 +368,29 @@ async def test_a_call_whose_new_stream_ends_untaken_goes_unary() -> None:
             task = await client.rpc("PollForDecisionTask", poll("tl"), retried=False)
             assert task.task_token == b""  # (the unary answer)
         assert client._lanes is not None and client._lanes.supported
+
+
+async def answer_each(calls: Any, context: Any) -> AsyncIterator[pb.LaneAnswer]:
+    """A lane of the release before placements: it answers every call, and says
+    nothing at its opening (its initial metadata comes with its first answer)."""
+    async for _ in calls:
+        yield pb.LaneAnswer(response=s.PollForDecisionTaskResponse().SerializeToString())
+
+
+async def test_a_server_that_says_nothing_of_its_placement_holds_a_worker_one_wait_at_most() -> (
+    None
+):
+    async with stand_in(answer_each) as port, AsyncClient(f"127.0.0.1:{port}") as client:
+        began = time.monotonic()
+        connections: list[AsyncClient] = []
+        await spread_connections(client, 4, connections)
+        assert time.monotonic() - began < PLACEMENT_WAIT + 1.0
+        assert len(connections) == 4
+        try:
+            # Its lanes still carry calls, the one the placement opened among them.
+            for connection in (client, *connections):
+                assert await connection.rpc("PollForDecisionTask", poll("tl")) == (
+                    s.PollForDecisionTaskResponse()
+                )
+        finally:
+            await asyncio.gather(*(c.close() for c in connections))
