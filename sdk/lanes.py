@@ -123,6 +123,10 @@ class Lanes:
             if opened:
                 stream.cancel()
             return None
+        except BaseException:
+            if opened:
+                stream.cancel()
+            raise
         if stream.done():  # refused at its opening
             if await stream.code() == grpc.StatusCode.UNIMPLEMENTED:
                 self.supported = False
@@ -130,7 +134,9 @@ class Lanes:
         if opened:
             self._idle.append(stream)
         node, processes = metadata.get(NODE_METADATA), metadata.get(PORT_PROCESSES_METADATA)
-        if not isinstance(node, str) or not isinstance(processes, str) or not processes.isdigit():
+        if not isinstance(node, str) or not isinstance(processes, str):
+            return None
+        if not (processes.isascii() and processes.isdecimal()):
             return None
         return Placement(node, int(processes))
 

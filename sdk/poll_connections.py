@@ -34,6 +34,9 @@ async def spread_connections(client: AsyncClient, wanted: int, into: list[AsyncC
     spread evenly over the processes serving its address as far as `TRIES`
     allows. Whatever else was dialled is closed, a cancellation included; what
     is in `into` is the caller's to close."""
+    if wanted <= 1:  # (one connection is as good in any process)
+        into.extend(client.fork() for _ in range(max(wanted, 0)))
+        return
     place = await _placement(client)
     if place is None or place.processes <= 1:
         into.extend(client.fork() for _ in range(wanted))
@@ -54,24 +57,44 @@ async def _spread(
     dialled: list[AsyncClient],
 ) -> None:
     shares = _Shares(wanted, processes)
-    fallback: list[AsyncClient] = []  # landed where a share was full: kept in case
+    kept: list[tuple[AsyncClient, str]] = []
+    fallback: list[tuple[AsyncClient, str]] = []  # landed where a share was full
     tries = TRIES * wanted
-    while len(into) < wanted and tries > 0:
-        batch = [client.fork() for _ in range(min(wanted - len(into), tries))]
+    while len(kept) < wanted and tries > 0:
+        batch = [client.fork() for _ in range(min(wanted - len(kept), tries))]
         dialled.extend(batch)
         tries -= len(batch)
         places = await asyncio.gather(*(_placement(c) for c in batch))
         for connection, place in zip(batch, places, strict=True):
-            if place is not None and len(into) < wanted and shares.take(place.node):
-                into.append(connection)
+            # One that does not say (its probe timed out, say) is taken as it is:
+            # dialling again for it could cost a wait per try.
+            node = place.node if place is not None else ""
+            if len(kept) < wanted and (place is None or shares.take(node)):
+                kept.append((connection, node))
             else:
-                fallback.append(connection)
+                fallback.append((connection, node))
         # Only as many kept in case as could still be wanted: the rest let go now
         # (each holds a lane, counted against this host's share of the server's).
-        keep = wanted - len(into)
-        await asyncio.gather(*(c.close() for c in fallback[keep:]), return_exceptions=True)
+        keep = wanted - len(kept)
+        await asyncio.gather(*(c.close() for c, _ in fallback[keep:]), return_exceptions=True)
         del fallback[keep:]
-    into.extend(fallback[: wanted - len(into)])  # the tries ran out: as they landed
+    kept.extend(fallback[: wanted - len(kept)])  # the tries ran out: as they landed
+    into.extend(_alternating(kept))
+
+
+def _alternating(kept: list[tuple[AsyncClient, str]]) -> list[AsyncClient]:
+    """The connections in an order that takes each process in turn (a, b, a,
+    b): a worker's polls go to them in order, a task list's after another's,
+    so that each task list's polls wait in every process too."""
+    by_node: dict[str, list[AsyncClient]] = {}
+    for connection, node in kept:
+        by_node.setdefault(node, []).append(connection)
+    queues = list(by_node.values())
+    out: list[AsyncClient] = []
+    while queues:
+        out.extend(q.pop(0) for q in queues)
+        queues = [q for q in queues if q]
+    return out
 
 
 async def _placement(client: AsyncClient) -> Placement | None:

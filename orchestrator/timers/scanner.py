@@ -149,6 +149,11 @@ class DeadlineScanner:
             # pass read it (the row is gone at the next look), or a rounding.
             # Not due again, the row is out of step with its run.
             return failing.retry_at
+        if isinstance(outcome, Unavailable):
+            # Every due row meets the outage: it is the database's failure, which
+            # the store's own retries log, not this row's.
+            log.debug("timers.fire_unavailable", run_id=row.run_id, error=str(outcome)[:200])
+            return failing.retry_at
         log.warning(
             "timers.fire_failed",
             run_id=row.run_id,

@@ -1,12 +1,17 @@
 """How a worker's poll connections are shared out over the processes of a port
-(`sdk.poll_connections`; against a real `weft server --workers 2` in
-tests/durability/test_server_workers.py)."""
+(`sdk.poll_connections`), with stand-in clients that land where they are told;
+against a real `weft server --workers 2` in tests/durability/test_server_workers.py."""
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from typing import cast
+
 import pytest
 
-from sdk.poll_connections import _Shares
+from sdk.client import AsyncClient
+from sdk.lanes import Placement
+from sdk.poll_connections import TRIES, _Shares, spread_connections
 
 
 @pytest.mark.parametrize(
@@ -15,10 +20,10 @@ from sdk.poll_connections import _Shares
         (4, 2, "aaabbb", {"a": 2, "b": 2}),
         # Three processes: 2, 1 and 1, never 2, 2 and 0.
         (4, 3, "aabbbc", {"a": 2, "b": 1, "c": 1}),
-        (4, 3, "abab" + "c", {"a": 2, "b": 1, "c": 1}),
+        (4, 3, "ababc", {"a": 2, "b": 1, "c": 1}),
         # More processes than connections: one in each of as many.
         (4, 8, "aabcdde", {"a": 1, "b": 1, "c": 1, "d": 1}),
-        (1, 2, "ab", {"a": 1}),
+        (2, 2, "aab", {"a": 1, "b": 1}),
     ],
 )
 def test_shares_differ_by_one_at_most(
@@ -30,3 +35,59 @@ def test_shares_differ_by_one_at_most(
         if sum(kept.values()) < wanted and shares.take(node):
             kept[node] = kept.get(node, 0) + 1
     assert kept == held
+
+
+class Landing:
+    """A client whose connections land where `landings` says (None: says nothing)."""
+
+    def __init__(self, landings: Iterator[str | None], dialled: list[Landing]) -> None:
+        self._landings = landings
+        self._dialled = dialled
+        self.node = next(landings)
+        self.closed = False
+
+    def fork(self) -> Landing:
+        twin = Landing(self._landings, self._dialled)
+        self._dialled.append(twin)
+        return twin
+
+    async def placement(self) -> Placement | None:
+        return None if self.node is None else Placement(self.node, 2)
+
+    async def close(self) -> None:
+        self.closed = True
+
+
+async def spread(
+    landings: list[str | None], wanted: int = 4
+) -> tuple[list[Landing], list[Landing]]:
+    dialled: list[Landing] = []
+    client = Landing(iter(landings), dialled)  # (the first landing is the client's own)
+    into: list[AsyncClient] = []
+    await spread_connections(cast(AsyncClient, client), wanted, into)
+    return cast(list[Landing], into), dialled
+
+
+async def test_connections_dialled_again_in_place_of_those_where_a_share_was_full() -> None:
+    kept, dialled = await spread(["a", "a", "a", "a", "b", "a", "b"])
+    # In turn by process, so that each task list's polls wait in both.
+    assert [c.node for c in kept] == ["a", "b", "a", "b"]
+    assert len(dialled) == 6 and not any(c.closed for c in kept)
+    assert all(c.closed for c in dialled if c not in kept)
+
+
+async def test_connections_that_say_nothing_are_taken_as_they_are() -> None:
+    kept, dialled = await spread(["a", None, None, None, None])
+    assert len(kept) == 4 and len(dialled) == 4
+
+
+async def test_when_the_tries_run_out_the_connections_stay_as_they_landed() -> None:
+    kept, dialled = await spread(["a"] * (1 + TRIES * 4))
+    assert len(kept) == 4 and len(dialled) == TRIES * 4
+    assert sum(c.closed for c in dialled) == len(dialled) - 4
+
+
+async def test_for_one_connection_nothing_is_asked() -> None:
+    # (Against one process, nothing more is dialled: tests/e2e/test_lanes.py.)
+    kept, dialled = await spread(["a", "b"], wanted=1)
+    assert len(kept) == 1 and dialled == kept and kept[0].node == "b"  # (as it landed)

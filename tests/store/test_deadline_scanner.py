@@ -9,15 +9,16 @@ import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from datetime import UTC, datetime, timedelta
-from typing import Any
+from typing import Any, cast
 
 import pytest
 from sqlalchemy import create_engine, text
 
+from orchestrator.engine.errors import Unavailable
 from orchestrator.engine.start import StartCommand, start_workflow
 from orchestrator.metrics import Metrics
 from orchestrator.store import migrate
-from orchestrator.store.store import Store
+from orchestrator.store.store import DueDeadline, Store
 from orchestrator.timers import scanner as scanner_module
 from orchestrator.timers.scanner import DeadlineScanner
 from tests.helpers import wait_until
@@ -348,3 +349,43 @@ async def test_a_row_another_node_fired_is_no_failure_but_one_out_of_step_is(
             assert await _status(store, run_id) == "open"
     finally:
         editor.dispose()
+
+
+async def test_a_failing_rows_back_off_outlasts_a_busy_try_and_an_outage_adds_nothing(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    scanner = DeadlineScanner(cast(Store, None), Metrics())  # (`_fire` stands in below)
+    outcomes: list[Any] = [
+        OSError("unreadable"),  # a failure: try again in 50 ms
+        None,  # busy: the back-off stays
+        Unavailable("database unavailable"),  # an outage: a second, nothing counted
+        OSError("unreadable"),  # the second failure: 100 ms
+    ]
+
+    async def fire(row: Any) -> Any:
+        return outcomes.pop(0)
+
+    monkeypatch.setattr(scanner, "_fire", fire)
+    row = DueDeadline("r", "timer", 7, datetime.now(UTC) - timedelta(seconds=1))
+    ref = ("r", "timer", 7)
+
+    async def attempt() -> datetime | None:
+        failing = scanner._failing.get(ref)
+        now = failing.retry_at if failing is not None else datetime.now(UTC)
+        return await scanner._fire_unless_failing(row, ref, now)
+
+    await attempt()
+    first = scanner._failing[ref]
+    assert first.attempts == 1 and _failures(scanner) == 1
+    assert await attempt() == row.due and scanner._failing[ref] == first  # busy
+    began = datetime.now(UTC)
+    await attempt()
+    outage = scanner._failing[ref]
+    assert outage.attempts == 1 and _failures(scanner) == 1
+    assert timedelta(seconds=0.9) < outage.retry_at - began < timedelta(seconds=2)
+    ended = datetime.now(UTC)
+    await attempt()
+    second = scanner._failing[ref]
+    assert second.attempts == 2 and _failures(scanner) == 2
+    # (From the try's end: 0.1 s after it, not before.)
+    assert timedelta(seconds=0.1) <= second.retry_at - ended < timedelta(seconds=1)
