@@ -71,13 +71,19 @@ async def _one_workflow(node: ServerProcess) -> None:
     assert types[-1] == "WorkflowSuccess", types
 
 
+async def _two_workers(node: ServerProcess) -> int:
+    """Start `node` (`--workers 2`) and wait for both its processes: the supervisor's pid."""
+    await node.start()
+    assert node.proc is not None
+    supervisor = node.proc.pid
+    await wait_until(lambda: _ready(len(_children(supervisor)) == 2))
+    return supervisor
+
+
 async def test_workers_serve_restart_and_drain(postgres_url: str, tmp_path: Path) -> None:
     node = ServerProcess(postgres_url, tmp_path, name="workers", extra_args=("--workers", "2"))
-    await node.start()
     try:
-        assert node.proc is not None
-        supervisor = node.proc.pid
-        await wait_until(lambda: _ready(len(_children(supervisor)) == 2))
+        supervisor = await _two_workers(node)
         await asyncio.gather(*(_one_workflow(node) for _ in range(4)))
 
         # kill -9 one worker: the supervisor starts another in its place.
@@ -104,11 +110,8 @@ async def test_a_workers_poll_connections_are_spread_over_the_processes(
     poll connections end up two in each of two (by chance, only three times in
     eight for four connections: three spreads in a row, about one in twenty)."""
     node = ServerProcess(postgres_url, tmp_path, name="spread", extra_args=("--workers", "2"))
-    await node.start()
     try:
-        assert node.proc is not None
-        supervisor = node.proc.pid
-        await wait_until(lambda: _ready(len(_children(supervisor)) == 2))
+        await _two_workers(node)
         await node.wait_serving()
         async with AsyncClient(node.address) as client:
             for _ in range(3):

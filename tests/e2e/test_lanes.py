@@ -208,19 +208,25 @@ class NoLanes:
         return handler
 
 
-async def test_a_server_without_lanes_is_called_unary() -> None:
+@contextlib.asynccontextmanager
+async def without_lanes() -> AsyncIterator[int]:
+    """A server of the release before lanes (`NoLanes`): its port."""
     server = grpc.aio.server()
     handlers.register(server, NoLanes(), s.DESCRIPTOR.services_by_name["WorkflowService"])
     port = server.add_insecure_port("127.0.0.1:0")
     await server.start()
     try:
-        async with AsyncClient(f"127.0.0.1:{port}") as client:
-            for _ in range(2):
-                task = await client.rpc("PollForDecisionTask", poll("tl"))
-                assert task.task_token == b""
-            assert client._lanes is not None and not client._lanes.supported
+        yield port
     finally:
         await server.stop(0)
+
+
+async def test_a_server_without_lanes_is_called_unary() -> None:
+    async with without_lanes() as port, AsyncClient(f"127.0.0.1:{port}") as client:
+        for _ in range(2):
+            task = await client.rpc("PollForDecisionTask", poll("tl"))
+            assert task.task_token == b""
+        assert client._lanes is not None and not client._lanes.supported
 
 
 async def test_a_lane_without_credentials_is_refused_at_once(server_config: ServerConfig) -> None:
@@ -333,27 +339,20 @@ async def test_a_lane_says_which_process_of_its_port_took_it(server_config: Serv
 
 
 async def test_a_server_without_lanes_says_no_placement(server: Server) -> None:
-    stand_in_server = grpc.aio.server()
-    handlers.register(stand_in_server, NoLanes(), s.DESCRIPTOR.services_by_name["WorkflowService"])
-    port = stand_in_server.add_insecure_port("127.0.0.1:0")
-    await stand_in_server.start()
-    try:
-        async with AsyncClient(f"127.0.0.1:{port}") as client:
-            assert await client.placement() is None
-            assert client._lanes is not None and not client._lanes.supported
-        # A node of its own on its port: one process; a worker dials no more,
-        # and its connections open when they are first used.
-        async with AsyncClient(f"127.0.0.1:{server.port}") as client:
-            place = await client.placement()
-            assert place is not None and place.processes == 1 and place.node
-            assert await client.placement() == place and lanes_open(server) == 1  # (reused)
-            connections: list[AsyncClient] = []
-            await spread_connections(client, 4, connections)
-            assert len(connections) == 4
-            assert lanes_open(server) == 1
-            await asyncio.gather(*(c.close() for c in connections))
-    finally:
-        await stand_in_server.stop(0)
+    async with without_lanes() as port, AsyncClient(f"127.0.0.1:{port}") as client:
+        assert await client.placement() is None
+        assert client._lanes is not None and not client._lanes.supported
+    # A node of its own on its port: one process; a worker dials no more,
+    # and its connections open when they are first used.
+    async with AsyncClient(f"127.0.0.1:{server.port}") as client:
+        place = await client.placement()
+        assert place is not None and place.processes == 1 and place.node
+        assert await client.placement() == place and lanes_open(server) == 1  # (reused)
+        connections: list[AsyncClient] = []
+        await spread_connections(client, 4, connections)
+        assert len(connections) == 4
+        assert lanes_open(server) == 1
+        await asyncio.gather(*(c.close() for c in connections))
 
 
 async def end_at_once(calls: Any, context: Any) -> AsyncIterator[pb.LaneAnswer]:
