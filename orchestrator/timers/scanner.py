@@ -104,9 +104,8 @@ class DeadlineScanner:
             rows = await self._store.deadlines_due_and_next(now, _BATCH, after)
             due = [row for row in rows if row.due <= now]
             for row in due:
-                ref = (row.run_id, row.kind, row.ref_id)
-                seen.add(ref)
-                again = await self._fire_unless_failing(row, ref, now)
+                seen.add(_ref(row))
+                again = await self._fire_unless_failing(row, now)
                 if again is None:
                     fired += 1
                 else:
@@ -119,12 +118,11 @@ class DeadlineScanner:
             looks.extend(row.due for row in rows if row.due > now)
             return fired, min(looks, default=None)
 
-    async def _fire_unless_failing(
-        self, row: DueDeadline, ref: tuple[str, str, int], now: datetime
-    ) -> datetime | None:
+    async def _fire_unless_failing(self, row: DueDeadline, now: datetime) -> datetime | None:
         """None if it fired; else when to look at it again. A row that did not
         fire (and was not busy) is tried again after a back-off that doubles
         each time, and not before."""
+        ref = _ref(row)
         failing = self._failing.get(ref)
         if failing is not None and failing.retry_at > now:
             return failing.retry_at
@@ -198,6 +196,11 @@ class _Failing:
         attempts += 1
         pause = min(_RETRY_FIRST * 2 ** min(attempts - 1, 32), _RETRY_MAX)
         return cls(attempts, now + timedelta(seconds=pause))
+
+
+def _ref(row: DueDeadline) -> tuple[str, str, int]:
+    """The deadline a due row is, whatever its due time."""
+    return (row.run_id, row.kind, row.ref_id)
 
 
 def _said(exc: BaseException) -> str:

@@ -372,7 +372,7 @@ async def test_a_failing_rows_back_off_outlasts_a_busy_try_and_an_outage_adds_no
     async def attempt() -> datetime | None:
         failing = scanner._failing.get(ref)
         now = failing.retry_at if failing is not None else datetime.now(UTC)
-        return await scanner._fire_unless_failing(row, ref, now)
+        return await scanner._fire_unless_failing(row, now)
 
     await attempt()
     first = scanner._failing[ref]
