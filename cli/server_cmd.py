@@ -16,7 +16,7 @@ import click
 
 from cli.gc_settings import tune_collector
 from cli.params import DURATION
-from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, ServerConfig
+from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, FOLDED_POLL, ServerConfig
 
 if TYPE_CHECKING:
     from orchestrator.server import Server
@@ -54,6 +54,15 @@ if TYPE_CHECKING:
     default="60s",
     show_default=True,
     help="how long a poll waits before an empty answer",
+)
+@click.option(
+    "--folded-poll",
+    envvar="WEFT_FOLDED_POLL",
+    type=DURATION,
+    default=f"{FOLDED_POLL:g}s",
+    show_default=True,
+    help="how long a poll folded into a worker's answer waits before an empty answer"
+    " (the worker learns its answer was written when that call returns)",
 )
 @click.option(
     "--max-polls-per-client",
@@ -181,6 +190,7 @@ def server(
     listen: str,
     metrics_listen: str,
     long_poll: timedelta,
+    folded_poll: timedelta,
     max_polls_per_client: int,
     purge_interval: timedelta,
     diagnose_interval: timedelta,
@@ -235,6 +245,7 @@ def server(
             "WEFT_LISTEN": listen,
             "WEFT_METRICS_LISTEN": metrics_listen,
             "WEFT_LONG_POLL": f"{long_poll.total_seconds()}s",
+            "WEFT_FOLDED_POLL": f"{folded_poll.total_seconds()}s",
             "WEFT_MAX_POLLS_PER_CLIENT": str(max_polls_per_client),
             "WEFT_PURGE_INTERVAL": f"{purge_interval.total_seconds()}s",
             "WEFT_DIAGNOSE_INTERVAL": f"{diagnose_interval.total_seconds()}s",
@@ -256,6 +267,7 @@ def server(
         listen=listen,
         metrics_listen=metrics_listen,
         long_poll=long_poll.total_seconds(),
+        folded_poll=folded_poll.total_seconds(),
         max_polls_per_client=max_polls_per_client,
         purge_interval=purge_interval.total_seconds(),
         diagnose_interval=diagnose_interval.total_seconds(),

@@ -8,6 +8,10 @@ from dataclasses import dataclass, field
 from orchestrator.engine.limits import Defaults, Limits
 from sdk.addresses import is_loopback
 
+FOLDED_POLL = 1.0
+"""Seconds a poll folded into a worker's answer waits for a task by default
+(`ServiceSettings.folded_poll` says why so short)."""
+
 DEFAULT_DB = "sqlite:///weft.db"
 DEFAULT_LISTEN = "127.0.0.1:7400"
 
@@ -19,6 +23,8 @@ class ServerConfig:
     metrics_listen: str = ""
     """HOST:PORT for Prometheus text exposition; empty: not served."""
     long_poll: float = 60.0
+    folded_poll: float = FOLDED_POLL
+    """How long a poll folded into a worker's answer waits for a task."""
     drain_grace: float = 10.0
     max_polls_per_client: int = 1000
     """Long polls one client (one host) may have waiting at once on this node."""

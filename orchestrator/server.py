@@ -99,6 +99,7 @@ class Server:
         tokens = TokenCodec(await store.token_secret())
         settings = ServiceSettings(
             long_poll=self.config.long_poll,
+            folded_poll=self.config.folded_poll,
             max_polls_per_client=self.config.max_polls_per_client,
             limits=self.config.limits,
             defaults=self.config.defaults,

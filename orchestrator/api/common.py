@@ -11,6 +11,7 @@ import grpc
 from google.protobuf.timestamp_pb2 import Timestamp
 
 from orchestrator.auth.gate import PrincipalLimits
+from orchestrator.config import FOLDED_POLL
 from orchestrator.dispatch import follow
 from orchestrator.dispatch.pollers import PollerSightings
 from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
@@ -51,6 +52,13 @@ STATUS_VALUES = {
 @dataclass(frozen=True)
 class ServiceSettings:
     long_poll: float = 60.0
+    folded_poll: float = FOLDED_POLL
+    """How long a poll folded into a worker's answer (`next_poll`) waits for a
+    task, the long poll if shorter. The worker learns that its answer was
+    written only when that call returns: it logs the task done then, and a
+    worker that stops while the call is out sends the answer again (NOT_FOUND
+    if it was written). After this the call comes back empty and the worker
+    polls on its own: one more message, for a lane that then idles."""
     max_polls_per_client: int = DEFAULT_MAX_POLLS_PER_CLIENT
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)

@@ -103,12 +103,15 @@ class TaskService(ServiceBase):
         self, req: s.PollForDecisionTaskRequest, ctx: Ctx
     ) -> s.PollForDecisionTaskResponse:
         ns, session = _validated_poll(req)
-        return await self._poll_decision_task(req, ns, session, ctx.peer())
+        return await self._poll_decision_task(
+            req, ns, session, ctx.peer(), self._settings.long_poll
+        )
 
     async def _poll_decision_task(
-        self, req: s.PollForDecisionTaskRequest, ns: str, session: str, peer: str
+        self, req: s.PollForDecisionTaskRequest, ns: str, session: str, peer: str, wait: float
     ) -> s.PollForDecisionTaskResponse:
-        """A decision poll, on its own or folded into an answer (`next_poll`)."""
+        """A decision poll, on its own or folded into an answer (`next_poll`),
+        waiting up to `wait` seconds for a task."""
         self.sessions.check(session)
         key = TaskListKey(ns, DECISION, req.task_list)
 
@@ -124,7 +127,7 @@ class TaskService(ServiceBase):
             key,
             req.identity,
             peer,
-            self._settings.long_poll,
+            wait,
             lambda: self._store.claim(ns, DECISION, req.task_list, take),
             take,
             req.cache_id,
@@ -212,10 +215,14 @@ class TaskService(ServiceBase):
         if fold is None:
             return s.RespondDecisionTaskCompletedResponse()
         next_task = await self._folded_poll(
-            lambda: self._poll_decision_task(req.next_poll, *fold, ctx.peer()),
+            lambda: self._poll_decision_task(req.next_poll, *fold, ctx.peer(), self._folded_wait),
             s.PollForDecisionTaskResponse,
         )
         return s.RespondDecisionTaskCompletedResponse(next_task=next_task)
+
+    @property
+    def _folded_wait(self) -> float:
+        return min(self._settings.long_poll, self._settings.folded_poll)
 
     async def _folded_poll(self, poll: Callable[[], Awaitable[P]], nothing: Callable[[], P]) -> P:
         """The poll a worker folded into its answer, run once the answer is
@@ -313,12 +320,15 @@ class TaskService(ServiceBase):
         self, req: s.PollForActivityTaskRequest, ctx: Ctx
     ) -> s.PollForActivityTaskResponse:
         ns, session = _validated_poll(req)
-        return await self._poll_activity_task(req, ns, session, ctx.peer())
+        return await self._poll_activity_task(
+            req, ns, session, ctx.peer(), self._settings.long_poll
+        )
 
     async def _poll_activity_task(
-        self, req: s.PollForActivityTaskRequest, ns: str, session: str, peer: str
+        self, req: s.PollForActivityTaskRequest, ns: str, session: str, peer: str, wait: float
     ) -> s.PollForActivityTaskResponse:
-        """An activity poll, on its own or folded into an answer (`next_poll`)."""
+        """An activity poll, on its own or folded into an answer (`next_poll`),
+        waiting up to `wait` seconds for a task."""
         self.sessions.check(session)
         key = TaskListKey(ns, ACTIVITY, req.task_list)
 
@@ -334,7 +344,7 @@ class TaskService(ServiceBase):
             key,
             req.identity,
             peer,
-            self._settings.long_poll,
+            wait,
             lambda: self._store.claim(ns, ACTIVITY, req.task_list, take),
             take,
         )
@@ -435,7 +445,7 @@ class TaskService(ServiceBase):
         if fold is None:
             return None
         return await self._folded_poll(
-            lambda: self._poll_activity_task(req.next_poll, *fold, ctx.peer()),
+            lambda: self._poll_activity_task(req.next_poll, *fold, ctx.peer(), self._folded_wait),
             s.PollForActivityTaskResponse,
         )
 

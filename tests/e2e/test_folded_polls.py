@@ -6,11 +6,14 @@ wait leaves the answer standing and comes back empty."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
+import time
 
 import grpc
 import pytest
 
 from orchestrator.config import ServerConfig
+from orchestrator.server import Server
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
@@ -20,8 +23,11 @@ from tests.helpers import Driver, payload, schedule
 
 @pytest.fixture
 def server_config(db_url: str) -> ServerConfig:
-    """A long poll that outlasts each test: a folded poll waits for what comes."""
-    return ServerConfig(db_url=db_url, listen="127.0.0.1:0", long_poll=30.0, drain_grace=1.0)
+    """A long poll that outlasts each test, folded polls too: a folded poll waits
+    for what comes."""
+    return ServerConfig(
+        db_url=db_url, listen="127.0.0.1:0", long_poll=30.0, folded_poll=30.0, drain_grace=1.0
+    )
 
 
 def _activity_poll(wf: Driver, task_list: str, **fields: str) -> s.PollForActivityTaskRequest:
@@ -192,3 +198,35 @@ async def test_an_answer_without_a_folded_poll_carries_no_task(
     )
     assert not resp.HasField("next_task")
     assert (await wf.types()).count("ActivityStarted") == 1  # a2 waits for a poll
+
+
+async def test_a_folded_poll_comes_back_empty_after_the_folded_poll_wait(
+    server_config: ServerConfig,
+) -> None:
+    """`--folded-poll` 0.5 s under a 30 s long poll: an answer whose folded poll
+    gets nothing returns empty within a few seconds, its result written, while a
+    poll of its own still waits; the task a commit makes then goes to that poll."""
+    node = Server(dataclasses.replace(server_config, folded_poll=0.5))
+    await node.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            stub = sg.WorkflowServiceStub(channel)
+            wf = Driver(stub)
+            await wf.start()
+            await wf.decide(await wf.poll_decision(), schedule("a1", "work", "acts"))
+            first = await wf.poll_activity("acts")
+            own = asyncio.ensure_future(stub.PollForActivityTask(_activity_poll(wf, "other")))
+
+            began = time.monotonic()
+            resp = await stub.RespondActivityTaskCompleted(
+                _completed(first, _activity_poll(wf, "acts"))
+            )
+
+            assert time.monotonic() - began < 10  # (the long poll is 30 s)
+            assert resp.HasField("next_task") and not resp.next_task.task_token
+            assert (await wf.types()).count("ActivitySuccess") == 1
+            assert not own.done()
+            await wf.decide(await wf.poll_decision(), schedule("a2", "work", "other"))
+            assert (await asyncio.wait_for(own, 10)).activity_id == "a2"
+    finally:
+        await node.stop(grace=0.5)

@@ -6,6 +6,7 @@ a folded poll to expire."""
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import socket
 import time
 from datetime import timedelta
@@ -54,8 +55,11 @@ def chain(task_list: str) -> Decider:
 
 @pytest.fixture
 def server_config(db_url: str) -> ServerConfig:
-    """A long poll that outlasts each test: a folded poll never expires in it."""
-    return ServerConfig(db_url=db_url, listen="127.0.0.1:0", long_poll=60.0, drain_grace=1.0)
+    """A long poll that outlasts each test, folded polls too: a folded poll never
+    expires in it."""
+    return ServerConfig(
+        db_url=db_url, listen="127.0.0.1:0", long_poll=60.0, folded_poll=60.0, drain_grace=1.0
+    )
 
 
 def folding(
@@ -267,7 +271,12 @@ async def test_a_worker_stops_at_once_when_its_server_died_under_a_folded_poll(
     at the stop the answer is sent again once (not for the whole grace), the
     worker is gone in a few seconds, and its log says the answer is unconfirmed
     (not that the activity completed)."""
-    node = ServerProcess(f"sqlite:///{tmp_path / 'weft.db'}", tmp_path, long_poll="60s")
+    node = ServerProcess(
+        f"sqlite:///{tmp_path / 'weft.db'}",
+        tmp_path,
+        long_poll="60s",
+        extra_args=("--folded-poll", "60s"),
+    )
     await node.start()
     try:
         async with AsyncClient(node.address) as client:
@@ -302,3 +311,33 @@ async def test_a_worker_stops_at_once_when_its_server_died_under_a_folded_poll(
         assert said == ["activity.answer_unconfirmed"]
     finally:
         node.stop()
+
+
+async def test_a_worker_stopping_long_after_its_answers_sends_none_again(
+    server_config: ServerConfig, task_list: str
+) -> None:
+    """With a short folded poll, each answer's call comes back (empty) soon after
+    the answer, and the lane polls on its own: a worker stopped later has no
+    answer in flight to send again, so the server refuses none (with the folded
+    poll as long as the long poll, the last answers were still in their calls at
+    the stop, and were sent again: NOT_FOUND)."""
+    node = Server(dataclasses.replace(server_config, folded_poll=0.3))
+    await node.start()
+    try:
+        async with AsyncClient(f"127.0.0.1:{node.port}") as client:
+            decider_worker, runner = folding(client, task_list, chain(task_list), [step])
+            async with decider_worker, runner:
+                run = await client.start_workflow("fold-chain", task_list=task_list)
+                assert await client.result(run.workflow_id, timeout=WAIT) == CHAIN
+
+                async def calls_back() -> bool:  # every answer's call returned
+                    return (
+                        rpc_calls(node, "RespondActivityTaskCompleted") == CHAIN
+                        and rpc_calls(node, "RespondDecisionTaskCompleted") == CHAIN + 1
+                    )
+
+                await wait_until(calls_back, timeout=15)
+        for method in ("RespondActivityTaskCompleted", "RespondDecisionTaskCompleted"):
+            assert rpc_calls(node, method, "NOT_FOUND") == 0, method
+    finally:
+        await node.stop(grace=0.5)
