@@ -10,11 +10,12 @@ time in eight, and three in one of them half the time.
 
 So a worker asks where its connection landed (a lane's opening says: the
 process's node name, and how many processes serve the port). Against several,
-it dials its poll connections, and dials again in place of one that landed in a
-process holding its share already, until the processes hold shares that differ
-by one at most (with more processes than connections, one each in as many), or
-the tries run out. Against one process, or a server that does not say, the
-connections are dialled as they are, and nothing more.
+it dials its poll connections (one for each process, when there are more
+processes than it wants connections, up to a bound), and dials again in place
+of one that landed in a process holding its share already, until the processes
+hold shares that differ by one at most, or the tries run out. Against one
+process, or a server that does not say, the connections are dialled as they
+are, and nothing more.
 """
 
 from __future__ import annotations
@@ -29,11 +30,15 @@ TRIES = 4
 """Connections dialled, at most, per connection wanted."""
 
 
-async def spread_connections(client: AsyncClient, wanted: int, into: list[AsyncClient]) -> None:
+async def spread_connections(
+    client: AsyncClient, wanted: int, into: list[AsyncClient], *, up_to: int = 0
+) -> None:
     """Add `wanted` connections like `client`'s (`AsyncClient.fork`) to `into`,
     spread evenly over the processes serving its address as far as `TRIES`
-    allows. Whatever else was dialled is closed, a cancellation included; what
-    is in `into` is the caller's to close."""
+    allows; against more processes than `wanted`, one for each, `up_to` at most
+    (so that a poll waits in every process a commit may come to). Whatever else
+    was dialled is closed, a cancellation included; what is in `into` is the
+    caller's to close."""
     if wanted <= 1:  # (one connection is as good in any process)
         into.extend(client.fork() for _ in range(max(wanted, 0)))
         return
@@ -41,6 +46,7 @@ async def spread_connections(client: AsyncClient, wanted: int, into: list[AsyncC
     if place is None or place.processes <= 1:
         into.extend(client.fork() for _ in range(wanted))
         return
+    wanted = max(wanted, min(place.processes, up_to))
     dialled: list[AsyncClient] = []
     try:
         await _spread(client, wanted, place.processes, into, dialled)

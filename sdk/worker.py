@@ -44,6 +44,8 @@ DEFAULT_GRACE = timedelta(seconds=30)
 POLL_BACKOFF = 1.0
 MAX_DEFAULT_POLLERS = 32
 POLL_CONNECTIONS = 4
+# Against a port served by more processes than that, one for each, up to this.
+MAX_POLL_CONNECTIONS = 16
 # How long a stopping worker waits for an answer it sends again (see `_answer_folded`).
 STOP_RESEND = timedelta(seconds=5)
 # A task answered this soon after it started folds its worker's next poll into
@@ -209,10 +211,14 @@ class Worker:
             # processes of a server of several on one port (`weft server
             # --workers N`; `sdk.poll_connections`).
             wanted = min(len(loops), POLL_CONNECTIONS)
-            if await self._until_stopped(spread_connections(self.client, wanted, connections)):
+            up_to = min(len(loops), MAX_POLL_CONNECTIONS)
+            spread = spread_connections(self.client, wanted, connections, up_to=up_to)
+            if await self._until_stopped(spread):
                 pollers = [
                     asyncio.create_task(
-                        self._poll_loop(task_list, connections[n % wanted], slots, in_flight)
+                        self._poll_loop(
+                            task_list, connections[n % len(connections)], slots, in_flight
+                        )
                     )
                     for n, task_list in enumerate(loops)
                 ]

@@ -40,31 +40,35 @@ def test_shares_differ_by_one_at_most(
 class Landing:
     """A client whose connections land where `landings` says (None: says nothing)."""
 
-    def __init__(self, landings: Iterator[str | None], dialled: list[Landing]) -> None:
+    def __init__(
+        self, landings: Iterator[str | None], dialled: list[Landing], processes: int = 2
+    ) -> None:
         self._landings = landings
         self._dialled = dialled
+        self._processes = processes
         self.node = next(landings)
         self.closed = False
 
     def fork(self) -> Landing:
-        twin = Landing(self._landings, self._dialled)
+        twin = Landing(self._landings, self._dialled, self._processes)
         self._dialled.append(twin)
         return twin
 
     async def placement(self) -> Placement | None:
-        return None if self.node is None else Placement(self.node, 2)
+        return None if self.node is None else Placement(self.node, self._processes)
 
     async def close(self) -> None:
         self.closed = True
 
 
 async def spread(
-    landings: list[str | None], wanted: int = 4
+    landings: list[str | None], wanted: int = 4, processes: int = 2, up_to: int = 0
 ) -> tuple[list[Landing], list[Landing]]:
     dialled: list[Landing] = []
-    client = Landing(iter(landings), dialled)  # (the first landing is the client's own)
+    # (The first landing is the client's own.)
+    client = Landing(iter(landings), dialled, processes)
     into: list[AsyncClient] = []
-    await spread_connections(cast(AsyncClient, client), wanted, into)
+    await spread_connections(cast(AsyncClient, client), wanted, into, up_to=up_to)
     return cast(list[Landing], into), dialled
 
 
@@ -74,6 +78,17 @@ async def test_connections_dialled_again_in_place_of_those_where_a_share_was_ful
     assert [c.node for c in kept] == ["a", "b", "a", "b"]
     assert len(dialled) == 6 and not any(c.closed for c in kept)
     assert all(c.closed for c in dialled if c not in kept)
+
+
+async def test_against_more_processes_than_wanted_one_connection_goes_to_each() -> None:
+    """Six processes, four connections wanted, up to eight: six, one in each."""
+    kept, _ = await spread(list("aabcdeaf"), processes=6, up_to=8)
+    assert sorted(c.node for c in kept) == list("abcdef")
+    # Up to four only, or more processes than `up_to`: four, or `up_to`.
+    kept, _ = await spread(list("aabcdeaf"), processes=6)
+    assert len(kept) == 4 and len({c.node for c in kept}) == 4
+    kept, _ = await spread(list("aabcdeaf"), processes=6, up_to=5)
+    assert len(kept) == 5 and len({c.node for c in kept}) == 5
 
 
 async def test_connections_that_say_nothing_are_taken_as_they_are() -> None:
