@@ -4,9 +4,10 @@ A message on an open stream costs the server and the worker about a third of a
 unary call (bench/README.md, "Lanes"), and a worker sends two calls per
 activity, so `AsyncClient` sends the task methods (`LANE_METHODS`) this way:
 each call takes an idle stream (or opens one), sends its request, reads the
-answer, and gives the stream back. There are as many streams as calls were
-ever in flight at once: in a worker, its poll lanes, and the answers and
-heartbeats it sends on their own.
+answer, and gives the stream back. There are as many streams as calls in
+flight at once (in a worker, its poll lanes, and the answers and heartbeats it
+sends on their own), and up to `MAX_IDLE` more, kept idle for the next calls:
+a burst of calls leaves no more than that open once it is over.
 
 A call on a stream behaves as the unary call does for its caller: the same
 answer, the same `grpc.aio.AioRpcError` for a refusal (code, text, trailers),
@@ -56,6 +57,10 @@ NODE_METADATA = "weft-node"
 PORT_PROCESSES_METADATA = "weft-port-processes"
 """A lane's initial metadata: how many processes serve the port it reached (the
 N of `weft server --workers N`)."""
+MAX_IDLE = 16
+"""Idle streams a channel keeps for its next calls; a stream given back beyond
+them is ended (each holds a task in the server, and counts against the client
+host's share of lanes)."""
 PLACEMENT_WAIT = 2.0
 """Seconds `AsyncClient.placement` waits for a lane's opening to say where it
 landed (a server older than this SDK never says)."""
@@ -132,7 +137,7 @@ class Lanes:
                 self.supported = False
             return None
         if opened:
-            self._idle.append(stream)
+            self._give_back(stream)
         node, processes = metadata.get(NODE_METADATA), metadata.get(PORT_PROCESSES_METADATA)
         if not isinstance(node, str) or not isinstance(processes, str):
             return None
@@ -173,7 +178,7 @@ class Lanes:
             # the node drains. Nothing was taken: the call goes unary.
             raise LanesUnsupported("the server ended a new stream before taking its call")
         if not answer.last:
-            self._idle.append(stream)
+            self._give_back(stream)
         if answer.code:
             code = _CODES.get(answer.code, grpc.StatusCode.UNKNOWN)
             raise rpc_error(code, answer.details, [(t.key, t.value) for t in answer.trailers])
@@ -195,6 +200,12 @@ class Lanes:
             raise
         answer = await stream.read()
         return answer if isinstance(answer, pb.LaneAnswer) else None  # (else EOF)
+
+    def _give_back(self, stream: Stream) -> None:
+        if len(self._idle) < MAX_IDLE:
+            self._idle.append(stream)
+        else:
+            stream.cancel()  # (the server ends the stream's task, as for a client gone)
 
     def _take(self) -> tuple[Stream, bool]:
         """An idle stream (True), or a new one (False)."""

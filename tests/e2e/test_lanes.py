@@ -24,7 +24,7 @@ from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.errors import InvalidArgumentError, UnavailableError
-from sdk.lanes import PLACEMENT_WAIT, Lanes, LanesUnsupported, Placement
+from sdk.lanes import MAX_IDLE, PLACEMENT_WAIT, Lanes, LanesUnsupported, Placement
 from sdk.poll_connections import spread_connections
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import rpc_calls, unique, wait_until
@@ -83,6 +83,24 @@ async def test_a_refusal_on_a_lane_is_the_unary_one(
         code, _ = await refusal(lanes.call("DescribeWorkflow", request, 10))
         assert code == grpc.StatusCode.NOT_FOUND
         assert lanes_open(server) == 1
+
+
+async def test_a_burst_of_calls_leaves_no_more_idle_lanes_open_than_kept(server: Server) -> None:
+    """Forty calls at once take forty streams; once they are answered the
+    channel keeps `MAX_IDLE` of them for its next calls and ends the others."""
+    async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
+        lanes = Lanes(channel, ())
+        calls = [lanes.call("RecordActivityHeartbeat", heartbeat(), 10) for _ in range(40)]
+        codes = {code for code, _ in await asyncio.gather(*(refusal(c) for c in calls))}
+        assert codes == {grpc.StatusCode.INVALID_ARGUMENT}
+
+        async def kept_only() -> bool:
+            return lanes_open(server) == MAX_IDLE
+
+        await wait_until(kept_only, timeout=10)
+        assert rpc_calls(server, "RecordActivityHeartbeat") == 40
+        await refusal(lanes.call("RecordActivityHeartbeat", heartbeat(), 10))
+        assert lanes_open(server) == MAX_IDLE  # (an idle one took it)
 
 
 async def test_bad_messages_on_a_lane_are_refused_and_the_stream_goes_on(server: Server) -> None:
