@@ -61,8 +61,9 @@ if TYPE_CHECKING:
     type=DURATION,
     default=f"{FOLDED_POLL:g}s",
     show_default=True,
-    help="how long a poll folded into a worker's answer waits before an empty answer"
-    " (the worker learns its answer was written when that call returns)",
+    help="how long a poll folded into a worker's answer waits before an empty answer, the"
+    " long poll if shorter (the worker learns its answer was written when that call"
+    " returns; 0s: it does not wait)",
 )
 @click.option(
     "--max-polls-per-client",

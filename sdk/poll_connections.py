@@ -91,7 +91,7 @@ async def _spread(
 def _alternating(kept: list[tuple[AsyncClient, str]]) -> list[AsyncClient]:
     """The connections in an order that takes each process in turn (a, b, a,
     b): a worker's polls go to them in order, a task list's after another's,
-    so that each task list's polls wait in every process too."""
+    so that each task list's polls wait in as many processes as they can."""
     by_node: dict[str, list[AsyncClient]] = {}
     for connection, node in kept:
         by_node.setdefault(node, []).append(connection)

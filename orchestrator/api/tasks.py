@@ -222,6 +222,7 @@ class TaskService(ServiceBase):
 
     @property
     def _folded_wait(self) -> float:
+        """How long a folded poll waits (`ServiceSettings.folded_poll` says why)."""
         return min(self._settings.long_poll, self._settings.folded_poll)
 
     async def _folded_poll(self, poll: Callable[[], Awaitable[P]], nothing: Callable[[], P]) -> P:

@@ -222,11 +222,44 @@ async def test_a_folded_poll_comes_back_empty_after_the_folded_poll_wait(
                 _completed(first, _activity_poll(wf, "acts"))
             )
 
-            assert time.monotonic() - began < 10  # (the long poll is 30 s)
+            assert 0.4 < time.monotonic() - began < 10  # (it waited; the long poll is 30 s)
             assert resp.HasField("next_task") and not resp.next_task.task_token
             assert (await wf.types()).count("ActivitySuccess") == 1
             assert not own.done()
             await wf.decide(await wf.poll_decision(), schedule("a2", "work", "other"))
             assert (await asyncio.wait_for(own, 10)).activity_id == "a2"
+    finally:
+        await node.stop(grace=0.5)
+
+
+async def test_a_folded_poll_waits_no_longer_than_the_long_poll(
+    server_config: ServerConfig,
+) -> None:
+    """A long poll of 0.5 s under a folded poll of 30 s: a decision answer whose
+    folded poll gets nothing returns empty after the long poll, its decisions
+    written."""
+    node = Server(dataclasses.replace(server_config, long_poll=0.5, folded_poll=30.0))
+    await node.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            stub = sg.WorkflowServiceStub(channel)
+            wf = Driver(stub)
+            await wf.start()
+            task = await wf.poll_decision()
+            began = time.monotonic()
+            resp = await stub.RespondDecisionTaskCompleted(
+                s.RespondDecisionTaskCompletedRequest(
+                    task_token=task.task_token,
+                    decisions=[schedule("a1", "work", "acts")],
+                    identity="decider-1",
+                    next_poll=s.PollForDecisionTaskRequest(
+                        namespace=wf.namespace, task_list=wf.task_list, identity="decider-1"
+                    ),
+                )
+            )
+
+            assert 0.4 < time.monotonic() - began < 10
+            assert resp.HasField("next_task") and not resp.next_task.task_token
+            assert (await wf.types()).count("ActivityScheduled") == 1
     finally:
         await node.stop(grace=0.5)

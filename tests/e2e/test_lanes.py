@@ -103,6 +103,27 @@ async def test_a_burst_of_calls_leaves_no_more_idle_lanes_open_than_kept(server:
         assert lanes_open(server) == MAX_IDLE  # (an idle one took it)
 
 
+class StandInStream:
+    def __init__(self, ended: bool) -> None:
+        self.ended, self.cancelled = ended, False
+
+    def done(self) -> bool:
+        return self.ended
+
+    def cancel(self) -> bool:
+        self.cancelled = True
+        return True
+
+
+async def test_streams_that_ended_while_idle_hold_no_place_among_the_kept() -> None:
+    async with grpc.aio.insecure_channel("127.0.0.1:1") as channel:
+        lanes = Lanes(channel, ())
+        lanes._idle = [StandInStream(ended=True) for _ in range(MAX_IDLE)]
+        live = StandInStream(ended=False)
+        lanes._give_back(live)
+        assert lanes._idle == [live] and not live.cancelled
+
+
 async def test_bad_messages_on_a_lane_are_refused_and_the_stream_goes_on(server: Server) -> None:
     async with grpc.aio.insecure_channel(f"127.0.0.1:{server.port}") as channel:
         raw = channel.stream_stream(

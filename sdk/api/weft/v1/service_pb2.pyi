@@ -874,7 +874,8 @@ class RespondDecisionTaskCompletedRequest(_message.Message):
     @_builtins.property
     def next_poll(self) -> Global___PollForDecisionTaskRequest:
         """Set to poll for the next decision task in the same call: once the
-        decisions are committed the call waits as this poll would, and the
+        decisions are committed the call waits as this poll would, for the
+        server's folded poll (1 s by default, the long poll if shorter), and the
         response carries what it got. The answer never fails because of it: a
         poll that cannot wait (the worker session ended, the poll limits) or
         fails comes back empty, and the worker polls again on its own. A
