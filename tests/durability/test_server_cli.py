@@ -3,6 +3,7 @@ on stderr and a non-zero exit code, never a traceback."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -67,3 +68,51 @@ def test_help_lists_the_contract_flags() -> None:
     assert done.returncode == 0
     for flag in ("--db", "--listen", "--metrics-listen", "--long-poll"):
         assert flag in done.stdout
+
+
+def _worker_settings(monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, str]:
+    """The environment `weft server --workers 2 ARGS` hands its processes (the
+    supervisor replaced by one that only records it)."""
+    from click.testing import CliRunner
+
+    from cli import supervisor
+    from cli.server_cmd import server
+    from orchestrator import logging as weft_logging
+
+    seen: dict[str, str] = {}
+
+    def record(settings: dict[str, str], workers: int) -> int:
+        seen.update(settings)
+        return 0
+
+    monkeypatch.setattr(supervisor, "supervise", record)
+    # (Logging set up for the whole test process, to a stream CliRunner closes: not here.)
+    monkeypatch.setattr(weft_logging, "configure", lambda level: None)
+    for name in [k for k in os.environ if k.startswith("WEFT_")]:
+        monkeypatch.delenv(name)
+    done = CliRunner().invoke(
+        server, ["--workers", "2", "--db", "postgresql://postgres@127.0.0.1/x", *args]
+    )
+    assert done.exit_code == 0, done.output
+    return seen
+
+
+def test_every_setting_reaches_the_processes_of_workers(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """Each `weft server` option read from the environment is passed on to the
+    processes of `--workers N` (all but --workers itself): a new flag that is
+    not fails here."""
+    from cli.server_cmd import server
+
+    pem = tmp_path / "x.pem"
+    pem.write_text("not read here")
+    tls = ["--tls-cert", str(pem), "--tls-key", str(pem), "--tls-client-ca", str(pem)]
+    passed = _worker_settings(monkeypatch, *tls, "--insecure", "--auth")
+    passed |= _worker_settings(monkeypatch, "--embed", "examples.order", "--embed-concurrency", "2")
+    wanted = {
+        envvar
+        for param in server.params
+        for envvar in ([param.envvar] if isinstance(param.envvar, str) else param.envvar or [])
+    }
+    assert wanted - {"WEFT_WORKERS"} <= set(passed)
