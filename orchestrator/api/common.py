@@ -58,7 +58,8 @@ class ServiceSettings:
     written only when that call returns: it logs the task done then, and a
     worker that stops while the call is out sends the answer again (NOT_FOUND
     if it was written). After this the call comes back empty and the worker
-    polls on its own: one more message, for a lane that then idles."""
+    polls on its own: one more call, where a task list has more polls waiting
+    than tasks coming in a second (polls are served oldest first)."""
     max_polls_per_client: int = DEFAULT_MAX_POLLS_PER_CLIENT
     limits: Limits = field(default_factory=Limits)
     defaults: Defaults = field(default_factory=Defaults)
