@@ -102,8 +102,9 @@ class LongPolls:
         cache_id: str = "",
     ) -> T | None:
         """A worker's poll (`peer` as gRPC names it): claim a task, or wait in
-        line until a commit hands one over or wakes this poller to look, until
-        the long poll expires. The poller is noted as seen on `key`."""
+        line until a commit hands one over or wakes this poller to look, for up
+        to `timeout` seconds (the long poll, or a folded poll's shorter wait).
+        The poller is noted as seen on `key`."""
         self._sightings.note(key, identity, time.time())
         return await self.poll(key, client_of(peer), timeout, claim, take, cache_id)
 

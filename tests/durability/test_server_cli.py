@@ -86,6 +86,7 @@ def _worker_settings(monkeypatch: pytest.MonkeyPatch, *args: str) -> dict[str, s
         return 0
 
     monkeypatch.setattr(supervisor, "supervise", record)
+    monkeypatch.setattr(sys, "path", list(sys.path))  # (--embed adds the working directory)
     # (Logging set up for the whole test process, to a stream CliRunner closes: not here.)
     monkeypatch.setattr(weft_logging, "configure", lambda level: None)
     for name in [k for k in os.environ if k.startswith("WEFT_")]:
@@ -108,11 +109,13 @@ def test_every_setting_reaches_the_processes_of_workers(
     pem = tmp_path / "x.pem"
     pem.write_text("not read here")
     tls = ["--tls-cert", str(pem), "--tls-key", str(pem), "--tls-client-ca", str(pem)]
-    passed = _worker_settings(monkeypatch, *tls, "--insecure", "--auth")
+    passed = _worker_settings(monkeypatch, *tls, "--insecure", "--auth", "--folded-poll", "3s")
     passed |= _worker_settings(monkeypatch, "--embed", "examples.order", "--embed-concurrency", "2")
     wanted = {
         envvar
         for param in server.params
         for envvar in ([param.envvar] if isinstance(param.envvar, str) else param.envvar or [])
     }
+    assert {"WEFT_LONG_POLL", "WEFT_FOLDED_POLL", "WEFT_TLS_CERT"} <= wanted
     assert wanted - {"WEFT_WORKERS"} <= set(passed)
+    assert passed["WEFT_FOLDED_POLL"] == "3.0s"

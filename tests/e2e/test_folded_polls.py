@@ -1,5 +1,6 @@
 """A poll folded into a worker's answer (`next_poll`): the answer is written
-first, then the call waits as that poll would and carries what it got. A bad
+first, then the call waits as that poll would (for `--folded-poll` at most)
+and carries what it got. A bad
 poll refuses the whole call before anything is written; a poll that may not
 wait leaves the answer standing and comes back empty."""
 
