@@ -110,6 +110,7 @@ def test_every_setting_reaches_the_processes_of_workers(
     pem.write_text("not read here")
     tls = ["--tls-cert", str(pem), "--tls-key", str(pem), "--tls-client-ca", str(pem)]
     passed = _worker_settings(monkeypatch, *tls, "--insecure", "--auth", "--folded-poll", "3s")
+    assert passed["WEFT_FOLDED_POLL"] == "3.0s"
     passed |= _worker_settings(monkeypatch, "--embed", "examples.order", "--embed-concurrency", "2")
     wanted = {
         envvar
@@ -118,4 +119,3 @@ def test_every_setting_reaches_the_processes_of_workers(
     }
     assert {"WEFT_LONG_POLL", "WEFT_FOLDED_POLL", "WEFT_TLS_CERT"} <= wanted
     assert wanted - {"WEFT_WORKERS"} <= set(passed)
-    assert passed["WEFT_FOLDED_POLL"] == "3.0s"
