@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
-from collections.abc import Awaitable
+import contextlib
+from collections.abc import AsyncIterator, Awaitable
 
 import grpc
 import pytest
 
+from orchestrator.config import ServerConfig
+from orchestrator.server import Server
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from tests.helpers import Driver, dur
+
+
+@contextlib.asynccontextmanager
+async def serving(config: ServerConfig) -> AsyncIterator[sg.WorkflowServiceStub]:
+    """A node of its own, set up by `config`, and a stub on it (a test whose
+    server differs from the `server` fixture's)."""
+    node = Server(config)
+    await node.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            yield sg.WorkflowServiceStub(channel)
+    finally:
+        await node.stop(grace=0.5)
 
 
 async def refused(call: Awaitable[object], code: grpc.StatusCode) -> str:

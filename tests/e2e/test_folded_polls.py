@@ -14,11 +14,10 @@ import grpc
 import pytest
 
 from orchestrator.config import ServerConfig
-from orchestrator.server import Server
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.e2e.api_calls import refused
+from tests.e2e.api_calls import refused, serving
 from tests.helpers import Driver, payload, schedule
 
 
@@ -34,6 +33,21 @@ def server_config(db_url: str) -> ServerConfig:
 def _activity_poll(wf: Driver, task_list: str, **fields: str) -> s.PollForActivityTaskRequest:
     return s.PollForActivityTaskRequest(
         namespace=wf.namespace, task_list=task_list, identity="runner-1", **fields
+    )
+
+
+def _scheduled_a1_and_polling(
+    wf: Driver, task: s.PollForDecisionTaskResponse
+) -> s.RespondDecisionTaskCompletedRequest:
+    """The answer to `task` that schedules `a1` on `acts`, with the next decision
+    poll folded in."""
+    return s.RespondDecisionTaskCompletedRequest(
+        task_token=task.task_token,
+        decisions=[schedule("a1", "work", "acts")],
+        identity="decider-1",
+        next_poll=s.PollForDecisionTaskRequest(
+            namespace=wf.namespace, task_list=wf.task_list, identity="decider-1"
+        ),
     )
 
 
@@ -81,16 +95,7 @@ async def test_a_folded_poll_waits_and_is_handed_the_task_a_commit_makes(
     await wf.start()
     task = await wf.poll_decision()
     answer = asyncio.ensure_future(
-        stub.RespondDecisionTaskCompleted(
-            s.RespondDecisionTaskCompletedRequest(
-                task_token=task.task_token,
-                decisions=[schedule("a1", "work", "acts")],
-                identity="decider-1",
-                next_poll=s.PollForDecisionTaskRequest(
-                    namespace=wf.namespace, task_list=wf.task_list, identity="decider-1"
-                ),
-            )
-        )
+        stub.RespondDecisionTaskCompleted(_scheduled_a1_and_polling(wf, task))
     )
     activity = await wf.poll_activity("acts")  # the decisions were written before the wait
     assert activity.task_token and not answer.done()
@@ -207,30 +212,24 @@ async def test_a_folded_poll_comes_back_empty_after_the_folded_poll_wait(
     """`--folded-poll` 0.5 s under a 30 s long poll: an answer whose folded poll
     gets nothing returns empty within a few seconds, its result written, while a
     poll of its own still waits; the task a commit makes then goes to that poll."""
-    node = Server(dataclasses.replace(server_config, folded_poll=0.5))
-    await node.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
-            stub = sg.WorkflowServiceStub(channel)
-            wf = Driver(stub)
-            await wf.start()
-            await wf.decide(await wf.poll_decision(), schedule("a1", "work", "acts"))
-            first = await wf.poll_activity("acts")
-            own = asyncio.ensure_future(stub.PollForActivityTask(_activity_poll(wf, "other")))
+    async with serving(dataclasses.replace(server_config, folded_poll=0.5)) as stub:
+        wf = Driver(stub)
+        await wf.start()
+        await wf.decide(await wf.poll_decision(), schedule("a1", "work", "acts"))
+        first = await wf.poll_activity("acts")
+        own = asyncio.ensure_future(stub.PollForActivityTask(_activity_poll(wf, "other")))
 
-            began = time.monotonic()
-            resp = await stub.RespondActivityTaskCompleted(
-                _completed(first, _activity_poll(wf, "acts"))
-            )
+        began = time.monotonic()
+        resp = await stub.RespondActivityTaskCompleted(
+            _completed(first, _activity_poll(wf, "acts"))
+        )
 
-            assert 0.4 < time.monotonic() - began < 10  # (it waited; the long poll is 30 s)
-            assert resp.HasField("next_task") and not resp.next_task.task_token
-            assert (await wf.types()).count("ActivitySuccess") == 1
-            assert not own.done()
-            await wf.decide(await wf.poll_decision(), schedule("a2", "work", "other"))
-            assert (await asyncio.wait_for(own, 10)).activity_id == "a2"
-    finally:
-        await node.stop(grace=0.5)
+        assert 0.4 < time.monotonic() - began < 10  # (it waited; the long poll is 30 s)
+        assert resp.HasField("next_task") and not resp.next_task.task_token
+        assert (await wf.types()).count("ActivitySuccess") == 1
+        assert not own.done()
+        await wf.decide(await wf.poll_decision(), schedule("a2", "work", "other"))
+        assert (await asyncio.wait_for(own, 10)).activity_id == "a2"
 
 
 async def test_a_folded_poll_waits_no_longer_than_the_long_poll(
@@ -239,28 +238,14 @@ async def test_a_folded_poll_waits_no_longer_than_the_long_poll(
     """A long poll of 0.5 s under a folded poll of 30 s: a decision answer whose
     folded poll gets nothing returns empty after the long poll, its decisions
     written."""
-    node = Server(dataclasses.replace(server_config, long_poll=0.5, folded_poll=30.0))
-    await node.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
-            stub = sg.WorkflowServiceStub(channel)
-            wf = Driver(stub)
-            await wf.start()
-            task = await wf.poll_decision()
-            began = time.monotonic()
-            resp = await stub.RespondDecisionTaskCompleted(
-                s.RespondDecisionTaskCompletedRequest(
-                    task_token=task.task_token,
-                    decisions=[schedule("a1", "work", "acts")],
-                    identity="decider-1",
-                    next_poll=s.PollForDecisionTaskRequest(
-                        namespace=wf.namespace, task_list=wf.task_list, identity="decider-1"
-                    ),
-                )
-            )
+    shorter = dataclasses.replace(server_config, long_poll=0.5, folded_poll=30.0)
+    async with serving(shorter) as stub:
+        wf = Driver(stub)
+        await wf.start()
+        task = await wf.poll_decision()
+        began = time.monotonic()
+        resp = await stub.RespondDecisionTaskCompleted(_scheduled_a1_and_polling(wf, task))
 
-            assert 0.4 < time.monotonic() - began < 10
-            assert resp.HasField("next_task") and not resp.next_task.task_token
-            assert (await wf.types()).count("ActivityScheduled") == 1
-    finally:
-        await node.stop(grace=0.5)
+        assert 0.4 < time.monotonic() - began < 10
+        assert resp.HasField("next_task") and not resp.next_task.task_token
+        assert (await wf.types()).count("ActivityScheduled") == 1

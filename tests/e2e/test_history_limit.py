@@ -10,10 +10,10 @@ import pytest
 
 from orchestrator.config import ServerConfig
 from orchestrator.engine.limits import Limits
-from orchestrator.server import Server
 from sdk.api.weft.v1 import decisions_pb2 as d
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
+from tests.e2e.api_calls import serving
 from tests.helpers import Driver, payload, schedule
 
 LIMIT = 20
@@ -24,13 +24,8 @@ async def small_stub(db_url: str) -> AsyncIterator[sg.WorkflowServiceStub]:
     config = ServerConfig(
         db_url=db_url, listen="127.0.0.1:0", long_poll=2.0, limits=Limits(events_per_run=LIMIT)
     )
-    node = Server(config)
-    await node.start()
-    try:
-        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
-            yield sg.WorkflowServiceStub(channel)
-    finally:
-        await node.stop(grace=0.5)
+    async with serving(config) as stub:
+        yield stub
 
 
 def _marker(n: int) -> d.Decision:
