@@ -202,8 +202,9 @@ class Lanes:
         return answer if isinstance(answer, pb.LaneAnswer) else None  # (else EOF)
 
     def _give_back(self, stream: Stream) -> None:
-        # (Streams that ended meanwhile hold no place: `_take` would drop them.)
-        self._idle = [idle for idle in self._idle if not idle.done()]
+        if len(self._idle) >= MAX_IDLE:
+            # (Streams that ended meanwhile hold no place: `_take` would drop them.)
+            self._idle = [idle for idle in self._idle if not idle.done()]
         if len(self._idle) < MAX_IDLE:
             self._idle.append(stream)
         else:
