@@ -20,7 +20,6 @@ from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, FOLDED_POLL, ServerC
 
 if TYPE_CHECKING:
     from orchestrator.server import Server
-    from sdk.in_process import InProcess
     from workers.embedded import EmbeddedWorkers
 
 
@@ -228,13 +227,6 @@ def server(
     if embed_concurrency and not embed:
         click.echo("weft server: --embed-concurrency needs --embed", err=True)
         sys.exit(2)
-    if embed and auth:
-        click.echo(
-            "weft server: --embed cannot be used with --auth (the embedded workers hold no"
-            " credential): run them as `weft decider` and `weft runner` with an API key",
-            err=True,
-        )
-        sys.exit(2)
     if workers > 1 and not reuse_port:  # (a worker of a supervisor never supervises)
         if not db_url.startswith("postgresql"):
             click.echo("weft server: --workers needs PostgreSQL (SQLite is one node)", err=True)
@@ -286,7 +278,7 @@ def server(
         worker_session_timeout=worker_session_timeout.total_seconds(),
     )
     node = Server(config)
-    embedded = _embedded(node.in_process(), embed, embed_concurrency) if embed else None
+    embedded = _embedded(node, embed, embed_concurrency, auth) if embed else None
     code = 0
     try:
         # A process of `--workers N` shares the supervisor's signals (and a
@@ -326,14 +318,20 @@ def _warn_of_a_visible_password(db_url: str) -> None:
 
 
 def _embedded(
-    services: InProcess, modules: tuple[str, ...], concurrency: int | None
+    node: Server, modules: tuple[str, ...], concurrency: int | None, auth: bool
 ) -> EmbeddedWorkers:
-    """The workers of `--embed`, built before the node opens anything."""
+    """The workers of `--embed`, built before the node opens anything; under
+    `--auth`, their calls are a worker's of the lists they poll."""
     from orchestrator.api.validate import DEFAULT_NAMESPACE
+    from orchestrator.auth.gate import embedded_workers
     from workers import embedded
 
+    services = node.in_process()
     with _refused_as_usage():
-        return embedded.build(modules, services, DEFAULT_NAMESPACE, concurrency)
+        workers = embedded.build(modules, services, DEFAULT_NAMESPACE, concurrency)
+    if auth:
+        services.admit_as(embedded_workers(DEFAULT_NAMESPACE, workers.task_lists))
+    return workers
 
 
 def _check_embedded(modules: tuple[str, ...], concurrency: int | None) -> None:

@@ -63,6 +63,11 @@ class EmbeddedWorkers:
                 log.error("embedded.failed", kind=worker.kind, error=repr(outcome))
 
     @property
+    def task_lists(self) -> list[str]:
+        """Every list the workers poll, each once (a decider's and a runner's may be one)."""
+        return list(dict.fromkeys(name for w in self.workers for name in w.task_lists))
+
+    @property
     def abandoned(self) -> int:
         """Tasks still running when the grace ran out (a sync one may never return)."""
         return sum(worker.abandoned for worker in self.workers)

@@ -22,6 +22,7 @@ from orchestrator.engine import caller
 from orchestrator.engine.errors import PermissionDenied, Unauthenticated
 
 from . import validate
+from .in_process import CallContext
 from .tokens import TokenCodec
 
 audit_log = structlog.get_logger("weft.audit")
@@ -83,7 +84,9 @@ class Guard:
         outcome = "refused"
         try:
             if self._authenticator is not None:
-                who = await self._authenticator.caller(_authorization(ctx), _subjects(ctx))
+                who = _in_process_caller(ctx) or await self._authenticator.caller(
+                    _authorization(ctx), _subjects(ctx)
+                )
                 self._limits.spend(who.principal)  # refused calls count too
                 scope = await self._scope(rpc, request)
                 try:
@@ -176,6 +179,12 @@ def check_run(
         who.check(rpc, Scope(namespace=namespace, workflow_type=workflow_type, task_list=task_list))
     except Refused as exc:
         raise PermissionDenied(str(exc)) from None
+
+
+def _in_process_caller(ctx: object) -> Caller | None:
+    """The caller an in-process call was made as (`--embed` under `--auth`).
+    (`ctx` as object: a lane's or an in-process call's is no gRPC context.)"""
+    return ctx.caller if isinstance(ctx, CallContext) else None
 
 
 def _authorization(ctx: Ctx) -> str:

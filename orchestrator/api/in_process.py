@@ -32,6 +32,7 @@ from google.protobuf import message_factory
 from google.protobuf.descriptor import MethodDescriptor, ServiceDescriptor
 from google.protobuf.message import Message
 
+from orchestrator.auth.gate import Caller
 from sdk.api.weft.v1 import admin_pb2, service_pb2
 from sdk.errors import rpc_error
 
@@ -68,10 +69,14 @@ class CallContext:
         metadata: Sequence[tuple[str, str]] | None,
         auth: Mapping[str, Iterable[bytes]] | None = None,
         peer: str = PEER,
+        caller: Caller | None = None,
     ) -> None:
         self._metadata = tuple(metadata or ())
         self._auth = auth or {}
         self._peer = peer
+        self.caller = caller
+        """Who an in-process call is, under `--auth` (`InProcessServices.admit_as`):
+        the guard takes it as it is. Never set for a call from outside the process."""
 
     async def abort(
         self, code: grpc.StatusCode, details: str = "", trailing_metadata: Sequence[Any] = ()
@@ -91,8 +96,11 @@ class CallContext:
 class _Method:
     """One unary method, called as a stub's method is."""
 
-    def __init__(self, handler: Handler, method: MethodDescriptor) -> None:
+    def __init__(
+        self, handler: Handler, method: MethodDescriptor, services: InProcessServices | None
+    ) -> None:
         self._handler = handler
+        self._services = services
         self._parse = lenient(message_factory.GetMessageClass(method.input_type))
         self._response = message_factory.GetMessageClass(method.output_type)
 
@@ -113,9 +121,9 @@ class _Method:
         failure: Exception | None = None
         try:
             async with asyncio.timeout(timeout):
-                response = await self._handler(
-                    self._parse(request.SerializeToString()), CallContext(metadata)
-                )
+                who = self._services.caller if self._services is not None else None
+                context = CallContext(metadata, caller=who)
+                response = await self._handler(self._parse(request.SerializeToString()), context)
         except Aborted as exc:
             failure = rpc_error(exc.code, exc.details, exc.trailers)
         except TimeoutError:
@@ -131,8 +139,12 @@ class _Method:
 class InProcessStub:
     """A service's methods as attributes, like a generated stub's."""
 
-    def __init__(self, servicer: Any, service: ServiceDescriptor) -> None:
-        self._methods = {m.name: _Method(getattr(servicer, m.name), m) for m in service.methods}
+    def __init__(
+        self, servicer: Any, service: ServiceDescriptor, services: InProcessServices | None = None
+    ) -> None:
+        self._methods = {
+            m.name: _Method(getattr(servicer, m.name), m, services) for m in service.methods
+        }
 
     def __getattr__(self, name: str) -> _Method:
         if name.startswith("_"):  # (not a method: no lookup of `_methods` itself)
@@ -150,11 +162,19 @@ class InProcessServices:
 
     def __init__(self, servicers: Callable[[], tuple[Any, Any]]) -> None:
         self._servicers = servicers
+        self.caller: Caller | None = None
+
+    def admit_as(self, caller: Caller) -> None:
+        """Under `--auth`: every call made through these services is `caller`'s
+        (the embedded workers', `auth.gate.embedded_workers`), checked against
+        its grants as a remote caller's would be. Without it, such a node
+        refuses them as calls without credentials (UNAUTHENTICATED)."""
+        self.caller = caller
 
     @functools.cached_property
     def workflow(self) -> InProcessStub:
-        return InProcessStub(self._servicers()[0], _SERVICES["WorkflowService"])
+        return InProcessStub(self._servicers()[0], _SERVICES["WorkflowService"], self)
 
     @functools.cached_property
     def admin(self) -> InProcessStub:
-        return InProcessStub(self._servicers()[1], _ADMIN)
+        return InProcessStub(self._servicers()[1], _ADMIN, self)

@@ -10,8 +10,9 @@ lost notice could keep a revoked credential working.
 
 from __future__ import annotations
 
+import socket
 import time
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from datetime import UTC, datetime
@@ -21,7 +22,7 @@ from orchestrator.engine.errors import RateLimited, ResourceExhausted, Unauthent
 from orchestrator.store.credentials import KEY, CredentialRow, Credentials
 
 from . import keys
-from .grants import Grant, Refused, Scope
+from .grants import WORKER, Grant, Refused, Scope
 
 REMEMBER = 30.0
 BEARER = "bearer "
@@ -30,9 +31,11 @@ BEARER = "bearer "
 @dataclass(frozen=True)
 class Caller:
     principal: str
-    """As recorded in events: "key:<id>" or "certificate:<subject>"."""
+    """As recorded in events: "key:<id>", "certificate:<subject>", or
+    "embedded:<host>" (`embedded_workers`)."""
     grants: tuple[Grant, ...]
     credential_ids: tuple[str, ...] = ()
+    """The credentials behind it; none for the node's own embedded workers."""
     since: float = 0.0
     """When (monotonic) the credentials were last read or trusted."""
     expires_at: datetime | None = None
@@ -58,6 +61,16 @@ def grant_of(row: CredentialRow) -> Grant:
         workflow_types=frozenset(row.workflow_types),
         signal_names=frozenset(row.signal_names),
     )
+
+
+def embedded_workers(namespace: str, task_lists: Iterable[str]) -> Caller:
+    """The caller the workers of `weft server --embed` are under `--auth`: a
+    worker of `namespace` narrowed to the task lists they poll, as the API key
+    of a `weft decider` / `weft runner` for those lists would be. It holds no
+    credential (its calls never leave the process, `api.in_process`), so there
+    is nothing to revoke; the per-principal limits still apply to it."""
+    grant = Grant(namespace=namespace, role=WORKER, task_lists=frozenset(task_lists))
+    return Caller(f"embedded:{socket.gethostname()}", (grant,))
 
 
 class Authenticator:
@@ -89,6 +102,8 @@ class Authenticator:
     def still_valid(self, who: Caller) -> bool:
         """Whether a caller admitted earlier (a waiting poll) may still be handed work:
         none of its credentials changed since, and none expired."""
+        if not who.credential_ids:
+            return True  # the node's own workers: no credential to revoke or lose
         if who.expires_at is not None and datetime.now(UTC) >= who.expires_at:
             return False
         return self._unchanged_since(who.since, who.credential_ids)

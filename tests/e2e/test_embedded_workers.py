@@ -11,9 +11,12 @@ both databases, driven over gRPC by the SDK like any other node:
   when it is a sync one its thread still runs;
 - with `--workers 2`, each process runs its own workers, and a signal sent to
   the whole process group (a terminal's Ctrl-C) still drains them;
+- under `--auth`, the embedded workers call as a worker of their own task
+  lists (their principal in the events they append), in one process and in
+  each of `--workers 2`, while a caller without a key is refused;
 - what cannot run is one line and exit 2 before the database is opened
-  (modules with nothing to run or that do not load, `--auth`, a concurrency
-  without `--embed`), also under `--workers 2` (and a module name with a space
+  (modules with nothing to run or that do not load, a concurrency without
+  `--embed`), also under `--workers 2` (and a module name with a space
   there); a worker that fails at its start stops the server with exit 1;
 - a module given twice by path is imported once, and an activity that names no
   task list runs on its workflow's, the list the module's decider polls.
@@ -26,6 +29,7 @@ import contextlib
 import os
 import re
 import signal
+import socket
 import sqlite3
 from collections.abc import AsyncIterator
 from datetime import UTC, datetime, timedelta
@@ -39,6 +43,7 @@ from bench.processes import spawn, stop
 from sdk import AsyncClient
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
+from sdk.errors import UnauthenticatedError
 from tests.cli.support import raw_weft
 from tests.helpers import unique, wait_until
 from tests.serverproc import WEFT, ServerProcess, free_port
@@ -257,9 +262,49 @@ def test_a_module_that_does_not_load_is_refused_by_a_supervisor(
     assert line.startswith("weft server: --embed: cannot import no_such_module_anywhere"), line
 
 
-def test_embed_with_auth_is_refused(tmp_path: Path) -> None:
-    line = refused(tmp_path, "--embed", FLOW, "--auth")
-    assert "--embed cannot be used with --auth" in line, line
+async def test_under_auth_the_embedded_workers_run_as_a_worker_of_their_lists(
+    db_url: str, tmp_path: Path
+) -> None:
+    await _runs_under_auth(db_url, tmp_path, ())
+
+
+async def test_under_auth_each_process_of_workers_2_admits_its_embedded_workers(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    await _runs_under_auth(postgres_url, tmp_path, ("--workers", "2"), runs=4)
+
+
+async def _runs_under_auth(
+    db_url: str, tmp_path: Path, extra: tuple[str, ...], runs: int = 1
+) -> None:
+    """`--embed` with `--auth`: a caller without a key is refused; with the
+    bootstrapped admin key, runs complete on the embedded workers, whose events
+    carry their principal, and the signals the key's."""
+    args = ("--embed", FLOW, "--auth", *extra)
+    proc = ServerProcess(db_url, tmp_path, name="embedded-auth", extra_args=args)
+    await proc.start()
+    try:
+        boot = await asyncio.to_thread(raw_weft, "auth", "bootstrap", "--db", db_url)
+        assert boot.returncode == 0, boot.stderr
+        async with AsyncClient(proc.address) as anonymous:
+            with pytest.raises(UnauthenticatedError):
+                await start(anonymous)
+        async with AsyncClient(proc.address, api_key=boot.stdout.strip()) as client:
+            ids = [await start(client) for _ in range(runs)]
+            for n, workflow_id in enumerate(ids):
+                await client.signal(workflow_id, "go", {"value": n})
+            histories = []
+            for n, workflow_id in enumerate(ids):
+                assert await client.result(workflow_id, timeout=RESULT_WAIT) == {"stamped": n}
+                histories.append(await client.history(workflow_id))
+    finally:
+        proc.stop()
+    embedded = f"embedded:{socket.gethostname()}"
+    for history in histories:
+        by_type = {e.type: e.principal for e in history}
+        assert by_type["Signal"].startswith("key:"), by_type
+        for kind in ("DeciderStarted", "DeciderCompleted", "ActivityStarted", "ActivitySuccess"):
+            assert by_type[kind] == embedded, by_type
 
 
 def test_a_concurrency_without_embed_is_refused(tmp_path: Path) -> None:

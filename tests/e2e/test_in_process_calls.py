@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import socket
 from collections.abc import AsyncIterator
 from typing import Any
 
@@ -16,13 +17,15 @@ import grpc
 import pytest
 
 from orchestrator.api.in_process import InProcessStub
+from orchestrator.auth.gate import Caller, embedded_workers
+from orchestrator.auth.grants import ADMIN, Grant
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from sdk import AsyncClient
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from sdk.errors import NotFoundError, UnauthenticatedError
+from sdk.errors import NotFoundError, PermissionDeniedError, UnauthenticatedError
 from tests.helpers import unique
 
 
@@ -92,6 +95,40 @@ async def test_an_in_process_call_passes_the_guard(auth_server: Server) -> None:
     async with AsyncClient("in-process", in_process=auth_server.in_process()) as client:
         with pytest.raises(UnauthenticatedError):
             await client.describe(unique("any"))
+
+
+async def test_calls_admitted_as_the_embedded_workers_are_a_worker_of_their_lists(
+    auth_server: Server,
+) -> None:
+    """What `weft server --embed … --auth` gives its workers: a worker of the
+    `default` namespace narrowed to their lists, whose waiting poll is still
+    handed its task after the node forgot every credential it had read (as it
+    does when its link to the other nodes is remade)."""
+    workers = auth_server.in_process()
+    workers.admit_as(embedded_workers("default", ["tl-a"]))
+    admin = auth_server.in_process()
+    admin.admit_as(Caller("test:admin", (Grant("default", ADMIN),)))
+    poll = s.PollForDecisionTaskRequest(namespace="default", task_list="tl-a", identity="w")
+    async with AsyncClient("in-process", in_process=workers) as worker:
+        with pytest.raises(PermissionDeniedError, match="role 'worker' may not call"):
+            await worker.start_workflow("t", task_list="tl-a")
+    other_list = s.PollForDecisionTaskRequest(namespace="default", task_list="tl-b")
+    code, details = await refusal(workers.workflow.PollForDecisionTask, other_list)
+    assert code == grpc.StatusCode.PERMISSION_DENIED, details
+    waiting = asyncio.ensure_future(workers.workflow.PollForDecisionTask(poll, timeout=10))
+    await asyncio.sleep(0.3)  # (parked)
+    assert auth_server.guard is not None
+    auth_server.guard.forget_all()
+    async with AsyncClient("in-process", in_process=admin) as starter:
+        run = await starter.start_workflow("t", workflow_id=unique("embedded"), task_list="tl-a")
+    task = await waiting
+    assert task.task_token and task.workflow_execution.workflow_id == run.workflow_id
+    history = await admin.workflow.GetWorkflowHistory(
+        s.GetWorkflowHistoryRequest(namespace="default", execution=task.workflow_execution)
+    )
+    by_type = {e.type: e.principal for e in history.events}
+    assert by_type["WorkflowStarted"] == "test:admin"
+    assert by_type["DeciderStarted"] == f"embedded:{socket.gethostname()}"
 
 
 class Stubborn:
