@@ -177,11 +177,21 @@ if TYPE_CHECKING:
     " default namespace)",
 )
 @click.option(
+    "--embed-definitions",
+    "embed_definitions",
+    envvar="WEFT_EMBED_DEFINITIONS",
+    multiple=True,
+    metavar="DIR",
+    help="run the step workflows (*.yaml) of DIR on the embedded decider, registering"
+    " them as weft decider --definitions does (repeatable; with or without --embed)",
+)
+@click.option(
     "--embed-concurrency",
     envvar="WEFT_EMBED_CONCURRENCY",
     type=click.IntRange(min=1),
     default=None,
-    help="with --embed: tasks each embedded worker runs at once (default: weft decider's"
+    help="with --embed or --embed-definitions: tasks each embedded worker runs at once"
+    " (default: weft decider's"
     " and weft runner's own)",
 )
 @click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
@@ -208,6 +218,7 @@ def server(
     lease_period: timedelta,
     worker_session_timeout: timedelta,
     embed: tuple[str, ...],
+    embed_definitions: tuple[str, ...],
     embed_concurrency: int | None,
 ) -> None:
     """Run an orchestrator node."""
@@ -224,8 +235,11 @@ def server(
         sys.exit(2)
     _warn_of_a_visible_password(db_url)
     tls = _tls_files(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
-    if embed_concurrency and not embed:
-        click.echo("weft server: --embed-concurrency needs --embed", err=True)
+    embedding = bool(embed or embed_definitions)
+    if embed_concurrency and not embedding:
+        click.echo(
+            "weft server: --embed-concurrency needs --embed or --embed-definitions", err=True
+        )
         sys.exit(2)
     if workers > 1 and not reuse_port:  # (a worker of a supervisor never supervises)
         if not db_url.startswith("postgresql"):
@@ -249,11 +263,14 @@ def server(
             "WEFT_LEASE_PERIOD": f"{lease_period.total_seconds()}s",
             "WEFT_WORKER_SESSION_TIMEOUT": f"{worker_session_timeout.total_seconds()}s",
             **({"WEFT_EMBED": " ".join(embed)} if embed else {}),
+            **(
+                {"WEFT_EMBED_DEFINITIONS": " ".join(embed_definitions)} if embed_definitions else {}
+            ),
             **({"WEFT_EMBED_CONCURRENCY": str(embed_concurrency)} if embed_concurrency else {}),
             **tls,
         }
-        if embed:  # here, once: a process that cannot load them would be restarted forever
-            _check_embedded(embed, embed_concurrency)
+        if embedding:  # here, once: a process that cannot load them would be restarted forever
+            _check_embedded(embed, embed_definitions, embed_concurrency)
         sys.exit(supervise(settings, workers))
     config = ServerConfig(
         db_url=db_url,
@@ -278,7 +295,9 @@ def server(
         worker_session_timeout=worker_session_timeout.total_seconds(),
     )
     node = Server(config)
-    embedded = _embedded(node, embed, embed_concurrency, auth) if embed else None
+    embedded = (
+        _embedded(node, embed, embed_definitions, embed_concurrency, auth) if embedding else None
+    )
     code = 0
     try:
         # A process of `--workers N` shares the supervisor's signals (and a
@@ -318,7 +337,11 @@ def _warn_of_a_visible_password(db_url: str) -> None:
 
 
 def _embedded(
-    node: Server, modules: tuple[str, ...], concurrency: int | None, auth: bool
+    node: Server,
+    modules: tuple[str, ...],
+    definitions: tuple[str, ...],
+    concurrency: int | None,
+    auth: bool,
 ) -> EmbeddedWorkers:
     """The workers of `--embed`, built before the node opens anything; under
     `--auth`, their calls are a worker's of the lists they poll."""
@@ -328,35 +351,43 @@ def _embedded(
 
     services = node.in_process()
     with _refused_as_usage():
-        workers = embedded.build(modules, services, DEFAULT_NAMESPACE, concurrency)
+        workers = embedded.build(modules, services, DEFAULT_NAMESPACE, concurrency, definitions)
     if auth:
         services.admit_as(embedded_workers(DEFAULT_NAMESPACE, workers.task_lists))
     return workers
 
 
-def _check_embedded(modules: tuple[str, ...], concurrency: int | None) -> None:
+def _check_embedded(
+    modules: tuple[str, ...], definitions: tuple[str, ...], concurrency: int | None
+) -> None:
     """`_embedded`'s refusals, for a supervisor, whose processes get the modules
-    in WEFT_EMBED: split on whitespace, so a name may hold none."""
+    in WEFT_EMBED and the folders in WEFT_EMBED_DEFINITIONS: split on
+    whitespace, so a name may hold none."""
     from orchestrator.api.validate import DEFAULT_NAMESPACE
     from workers import embedded
     from workers.loader import LoadError
 
     with _refused_as_usage():
-        spaced = [m for m in modules if len(m.split()) != 1]
+        spaced = [m for m in (*modules, *definitions) if len(m.split()) != 1]
         if spaced:
-            raise LoadError(f"{spaced[0]!r}: with --workers, a module may not hold spaces")
-        embedded.check(modules, DEFAULT_NAMESPACE, concurrency)
+            raise LoadError(
+                f"{spaced[0]!r}: with --workers, a module or folder may not hold spaces"
+            )
+        embedded.check(modules, DEFAULT_NAMESPACE, concurrency, definitions)
 
 
 @contextlib.contextmanager
 def _refused_as_usage() -> Iterator[None]:
-    """Modules that do not load, or hold nothing to run: one line and exit 2."""
+    """Modules or definitions that do not load, or hold nothing to run: one line
+    and exit 2."""
     from workers.loader import LoadError
 
     try:
         yield
     except (LoadError, ValueError, TypeError) as exc:  # modules, or what they define
-        click.echo(f"weft server: --embed: {exc}", err=True)
+        said = str(exc)
+        option = "" if said.startswith("--") else "--embed: "  # (unless it names its own)
+        click.echo(f"weft server: {option}{said}", err=True)
         sys.exit(2)
 
 
@@ -378,9 +409,16 @@ async def _serve(
         elif signals > 2:
             os._exit(128 + signum)  # a sync task past its grace that never returns
 
+    async def start_embedded() -> None:
+        # Before the node says SERVING: a client that waits for that finds the
+        # embedded deciders' types registered (`weft start TYPE` needs no list).
+        if embedded is not None and not stop.is_set():
+            embedded.start()
+            await embedded.ready(stop)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
-    await node.start()
+    await node.start(before_serving=start_embedded)
     tune_collector()
     if node.tls is not None:  # without TLS, SIGHUP keeps its default (exit)
         loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
@@ -388,10 +426,9 @@ async def _serve(
         await stop.wait()
         await node.stop()
         return
-    if stop.is_set():  # a signal while the node started: no worker to start
+    if not embedded.tasks:  # a signal while the node started: no worker was started
         await node.stop()
         return
-    embedded.start()
     stopped = asyncio.ensure_future(stop.wait())
     done, _ = await asyncio.wait([stopped, *embedded.tasks], return_when=asyncio.FIRST_COMPLETED)
     stopped.cancel()

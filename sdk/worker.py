@@ -161,6 +161,12 @@ class Worker:
         self._started = threading.Event()
         self._stop_requests = 0
 
+    @property
+    def started(self) -> bool:
+        """Whether the worker is ready to poll: its types registered (a decider's),
+        or it stopped or failed before that."""
+        return self._started.is_set()
+
     # -- running --------------------------------------------------------------------
 
     def run(self) -> None:

@@ -79,12 +79,15 @@ def build(
     )
 
 
-def load_definitions(directories: tuple[str, ...]) -> list[Definition]:
+def load_definitions(
+    directories: tuple[str, ...], option: str = "--definitions"
+) -> list[Definition]:
+    """The step workflows of the folders (`option` names them in an error)."""
     found: list[Definition] = []
     for directory in directories:
         path = Path(directory)
         if not path.is_dir():
-            raise LoadError(f"--definitions {directory}: not a directory")
+            raise LoadError(f"{option} {directory}: not a directory")
         try:
             found.extend(load_dir(path))
         except DefinitionError as exc:

@@ -1,5 +1,6 @@
-"""`weft server --embed MODULE`: a decider for the modules' `Decider` classes and
-an activity runner for their `@activity` functions, inside the server's process.
+"""`weft server --embed MODULE`: a decider for the modules' `Decider` classes
+(and the step workflows of `--embed-definitions DIR`) and an activity runner for
+their `@activity` functions, inside the server's process.
 
 They are the same workers `weft decider` and `weft runner` run, with the same
 client, only its calls reach the node's services directly
@@ -44,6 +45,16 @@ class EmbeddedWorkers:
         for worker in self.workers:
             log.info("embedded.started", kind=worker.kind, task_lists=worker.task_lists)
 
+    async def ready(self, stop: asyncio.Event) -> None:
+        """Until every worker started is ready to poll (its types registered) or
+        has ended, or `stop` is set: what the node waits for before it says
+        SERVING, so that a client that waits for that finds the types."""
+        while not stop.is_set() and not all(
+            worker.started or task.done()
+            for worker, task in zip(self.workers, self.tasks, strict=True)
+        ):
+            await asyncio.sleep(0.01)
+
     def hurry(self) -> None:
         """With `stop`, before or after it: cancel the tasks in flight now instead
         of at the end of the grace period."""
@@ -78,22 +89,32 @@ def build(
     services: InProcess,
     namespace: str,
     concurrency: int | None = None,
+    definitions: tuple[str, ...] = (),
 ) -> EmbeddedWorkers:
-    """A decider if the modules hold `Decider` classes, a runner if they hold
-    `@activity` functions, each on the task lists they name and running up to
-    `concurrency` tasks at once (or its own default); LoadError if the modules
-    hold neither, or name no task list."""
+    """A decider if the modules hold `Decider` classes or `definitions` names
+    folders of step workflows (which it registers, as `weft decider
+    --definitions` does), a runner if the modules hold `@activity` functions,
+    each on the task lists they name and running up to `concurrency` tasks at
+    once (or its own default); LoadError if there is nothing to run, or no task
+    list to run it on."""
     # Once, and each module once: a module given by path runs each time it loads.
     loaded = load(list(dict.fromkeys(modules)))
     deciders, activities = deciders_in(loaded), activities_in(loaded)
-    if not deciders and not activities:
-        raise LoadError(f"no Decider subclasses or @activity functions in {', '.join(modules)}")
+    steps = decider.load_definitions(definitions, "--embed-definitions")
+    if not deciders and not activities and not steps:
+        where = ", ".join((*modules, *definitions))
+        raise LoadError(f"no Decider subclasses, @activity functions or step workflows in {where}")
     workers: list[Worker] = []
-    decider_lists = tuple(sorted({d.task_list for d in deciders if d.task_list}))
-    if deciders:
+    decider_lists = tuple(
+        sorted({d.task_list for d in deciders if d.task_list} | {d.task_list for d in steps})
+    )
+    if deciders or steps:
         if not decider_lists:
             raise LoadError("no task list: set task_list on the Decider classes")
-        config = decider.DeciderConfig("", namespace, modules, task_lists=decider_lists)
+        with_deciders = modules if deciders else ()  # (modules of activities only: none)
+        config = decider.DeciderConfig(
+            "", namespace, with_deciders, task_lists=decider_lists, definitions=definitions
+        )
         if concurrency:
             config = dataclasses.replace(config, concurrency=concurrency)
         workers.append(decider.build(config, _client(services, namespace, "decider"), loaded))
@@ -125,10 +146,15 @@ def _client(services: InProcess, namespace: str, kind: str) -> AsyncClient:
     )
 
 
-def check(modules: tuple[str, ...], namespace: str, concurrency: int | None = None) -> None:
+def check(
+    modules: tuple[str, ...],
+    namespace: str,
+    concurrency: int | None = None,
+    definitions: tuple[str, ...] = (),
+) -> None:
     """Raise what `build` would (LoadError, ValueError), building nothing that
     runs: a supervisor's check before it starts the processes that run them."""
-    build(modules, _NOT_RUN, namespace, concurrency)
+    build(modules, _NOT_RUN, namespace, concurrency, definitions)
 
 
 class _NotRun:

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from bench.processes import REPO
 from tests.serverproc import WEFT, ServerProcess
 
 
@@ -111,7 +112,10 @@ def test_every_setting_reaches_the_processes_of_workers(
     tls = ["--tls-cert", str(pem), "--tls-key", str(pem), "--tls-client-ca", str(pem)]
     passed = _worker_settings(monkeypatch, *tls, "--insecure", "--auth", "--folded-poll", "3s")
     assert passed["WEFT_FOLDED_POLL"] == "3.0s"
-    passed |= _worker_settings(monkeypatch, "--embed", "examples.order", "--embed-concurrency", "2")
+    steps = str(REPO / "examples" / "steps")
+    embedding = ("--embed", "examples.order", "--embed-definitions", steps)
+    passed |= _worker_settings(monkeypatch, *embedding, "--embed-concurrency", "4")
+    assert passed["WEFT_EMBED_DEFINITIONS"] == steps
     wanted = {
         envvar
         for param in server.params

@@ -40,6 +40,8 @@ import psycopg
 import pytest
 
 from bench.processes import spawn, stop
+from orchestrator.config import ServerConfig
+from orchestrator.server import Server
 from sdk import AsyncClient
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
@@ -47,8 +49,10 @@ from sdk.errors import UnauthenticatedError
 from tests.cli.support import raw_weft
 from tests.helpers import unique, wait_until
 from tests.serverproc import WEFT, ServerProcess, free_port
+from workers.embedded import build as build_embedded
 
 FLOW = str(Path(__file__).with_name("embedded_flow.py"))
+STEPS = Path(__file__).with_name("embedded_steps")
 WORKFLOW = "embedded-stamp"
 RESULT_WAIT = timedelta(seconds=60)
 
@@ -246,7 +250,7 @@ def test_a_module_with_nothing_to_run_is_refused(tmp_path: Path) -> None:
     empty = tmp_path / "nothing_here.py"
     empty.write_text("X = 1\n")
     line = refused(tmp_path, "--embed", str(empty))
-    assert line.startswith("weft server: --embed: no Decider subclasses or @activity"), line
+    assert line.startswith("weft server: --embed: no Decider subclasses, @activity"), line
 
 
 def test_a_module_that_does_not_load_is_refused(tmp_path: Path) -> None:
@@ -307,9 +311,48 @@ async def _runs_under_auth(
             assert by_type[kind] == embedded, by_type
 
 
+async def test_embedded_definitions_are_registered_and_run_in_the_process(
+    db_url: str, tmp_path: Path
+) -> None:
+    args = ("--embed", FLOW, "--embed-definitions", str(STEPS))
+    proc = ServerProcess(db_url, tmp_path, name="embedded-steps", extra_args=args)
+    await proc.start()
+    try:
+        async with AsyncClient(proc.address) as client:
+            # No task list given: the one the definition was registered with.
+            run = await client.start_workflow("embedded-steps", {"value": 5})
+            assert await client.result(run.workflow_id, timeout=RESULT_WAIT) == 5
+            history = await client.history(run.workflow_id)
+    finally:
+        proc.stop()
+    deciders = [e.get("identity") for e in history if e.type == "DeciderStarted"]
+    runners = [e.get("identity") for e in history if e.type == "ActivityStarted"]
+    assert deciders and all(str(i).endswith("/decider") for i in deciders), deciders
+    assert runners and all(str(i).endswith("/runner") for i in runners), runners
+
+
+def test_definitions_alone_make_a_decider_only(tmp_path: Path) -> None:
+    services = Server(ServerConfig(db_url=f"sqlite:///{tmp_path}/w.db")).in_process()
+    workers = build_embedded((), services, "default", None, (str(STEPS),))
+    assert [(w.kind, w.task_lists) for w in workers.workers] == [("decision", ["embedded"])]
+
+
+def test_a_folder_of_definitions_that_is_not_one_is_refused(tmp_path: Path) -> None:
+    line = refused(tmp_path, "--embed-definitions", str(tmp_path / "missing"))
+    assert line == f"weft server: --embed-definitions {tmp_path / 'missing'}: not a directory"
+
+
+def test_a_definition_that_does_not_parse_is_refused(tmp_path: Path) -> None:
+    folder = tmp_path / "flows"
+    folder.mkdir()
+    (folder / "broken.yaml").write_text("name: broken\nsteps: [{step: no-such-step}]\n")
+    line = refused(tmp_path, "--embed-definitions", str(folder))
+    assert line.startswith(f"weft server: --embed: {folder / 'broken.yaml'}:"), line
+
+
 def test_a_concurrency_without_embed_is_refused(tmp_path: Path) -> None:
     line = refused(tmp_path, "--embed-concurrency", "4")
-    assert line == "weft server: --embed-concurrency needs --embed", line
+    assert line == "weft server: --embed-concurrency needs --embed or --embed-definitions", line
 
 
 async def test_a_worker_that_fails_at_its_start_stops_the_server(tmp_path: Path) -> None:
@@ -384,4 +427,14 @@ def test_a_module_with_a_space_is_refused_by_a_supervisor(
     postgres_url: str, tmp_path: Path
 ) -> None:
     line = refused(tmp_path, "--workers", "2", "--embed", "my flows.py", db_url=postgres_url)
-    assert "with --workers, a module may not hold spaces" in line, line
+    assert "with --workers, a module or folder may not hold spaces" in line, line
+
+
+def test_a_folder_with_a_space_is_refused_by_a_supervisor(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    folder = tmp_path / "my flows"
+    folder.mkdir()
+    args = ("--workers", "2", "--embed-definitions", str(folder))
+    line = refused(tmp_path, *args, db_url=postgres_url)
+    assert "with --workers, a module or folder may not hold spaces" in line, line
