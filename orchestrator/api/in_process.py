@@ -36,7 +36,7 @@ from orchestrator.auth.gate import Caller
 from sdk.api.weft.v1 import admin_pb2, service_pb2
 from sdk.errors import rpc_error
 
-from .handlers import lenient
+from .handlers import request_parser
 
 _SERVICES = service_pb2.DESCRIPTOR.services_by_name
 _ADMIN = admin_pb2.DESCRIPTOR.services_by_name["AdminService"]
@@ -101,7 +101,7 @@ class _Method:
     ) -> None:
         self._handler = handler
         self._services = services
-        self._parse = lenient(message_factory.GetMessageClass(method.input_type))
+        self._parse = request_parser(method)
         self._response = message_factory.GetMessageClass(method.output_type)
 
     async def __call__(

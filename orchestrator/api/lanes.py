@@ -31,7 +31,6 @@ from typing import Any
 
 import grpc
 import structlog
-from google.protobuf import message_factory
 from google.protobuf.descriptor import ServiceDescriptor
 
 from orchestrator.dispatch.polls import ClientShares, client_of
@@ -42,7 +41,7 @@ from sdk.errors import LANE_REFUSED_METADATA
 from sdk.lanes import NODE_METADATA, PORT_PROCESSES_METADATA
 
 from .guard import Guard
-from .handlers import MalformedRequest, lenient
+from .handlers import MalformedRequest, lenient, request_parser
 from .in_process import Aborted, CallContext, Handler
 
 log = structlog.get_logger("weft.api")
@@ -56,11 +55,7 @@ class Lanes:
 
     def __init__(self, service: Any, methods: ServiceDescriptor) -> None:
         self._methods: dict[str, tuple[Handler, Parse]] = {
-            m.name: (
-                getattr(service, m.name),
-                lenient(message_factory.GetMessageClass(m.input_type)),
-            )
-            for m in methods.methods
+            m.name: (getattr(service, m.name), request_parser(m)) for m in methods.methods
         }
         self._guard: Guard = service.guard
         self._metrics: Metrics = service.metrics
