@@ -30,6 +30,36 @@ class DurationType(click.ParamType):  # type: ignore[type-arg]
             self.fail(str(exc), param, ctx)
 
 
+class SizeType(click.ParamType):  # type: ignore[type-arg]
+    """A size in bytes, `262144`, `256KiB` or `16MiB` (binary units), from `low`
+    to `high`."""
+
+    name = "size"
+    _UNITS = {"": 1, "b": 1, "kib": 1024, "mib": 1024 * 1024}
+
+    def __init__(self, low: int, high: int) -> None:
+        self.low, self.high = low, high
+
+    def convert(
+        self, value: object, param: click.Parameter | None, ctx: click.Context | None
+    ) -> int:
+        if isinstance(value, int):
+            return value
+        text = str(value).strip()
+        digits = len(text) - len(text.lstrip("0123456789"))
+        number, unit = text[:digits], text[digits:].strip().lower()
+        if not number or unit not in self._UNITS:
+            self.fail(f"{value!r} is not a size: give bytes, or KiB / MiB (256KiB)", param, ctx)
+        size = int(number) * self._UNITS[unit]
+        if not self.low <= size <= self.high:
+            self.fail(f"{value} is not from {_size(self.low)} to {_size(self.high)}", param, ctx)
+        return size
+
+
+def _size(n: int) -> str:
+    return f"{n // (1024 * 1024)}MiB" if n % (1024 * 1024) == 0 else f"{n // 1024}KiB"
+
+
 class JsonType(click.ParamType):  # type: ignore[type-arg]
     """A JSON document given on the command line (`--input '{"n": 1}'`)."""
 

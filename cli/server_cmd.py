@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import dataclasses
 import os
 import signal
 import sys
@@ -15,8 +16,9 @@ from typing import TYPE_CHECKING
 import click
 
 from cli.gc_settings import tune_collector
-from cli.params import DURATION
+from cli.params import DURATION, SizeType
 from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, FOLDED_POLL, ServerConfig
+from orchestrator.engine.limits import SETTABLE, Limits
 
 if TYPE_CHECKING:
     from orchestrator.server import Server
@@ -145,6 +147,47 @@ if TYPE_CHECKING:
     help="with --auth: requests per second one principal may make (0: no limit)",
 )
 @click.option(
+    "--max-payload-size",
+    "max_payload_size",
+    envvar="WEFT_MAX_PAYLOAD_SIZE",
+    type=SizeType(*SETTABLE["payload_bytes"]),
+    default="256KiB",
+    show_default=True,
+    help="largest input, result, details or signal payload (64KiB to 2MiB)",
+)
+@click.option(
+    "--max-history-events",
+    envvar="WEFT_MAX_HISTORY_EVENTS",
+    type=click.IntRange(*SETTABLE["events_per_run"]),
+    default=Limits.events_per_run,
+    show_default=True,
+    help="events per run; past it only closing decisions are taken (continue as new)",
+)
+@click.option(
+    "--max-pending-activities",
+    envvar="WEFT_MAX_PENDING_ACTIVITIES",
+    type=click.IntRange(*SETTABLE["pending_activities"]),
+    default=Limits.pending_activities,
+    show_default=True,
+    help="activities one run may have scheduled or running at once",
+)
+@click.option(
+    "--max-pending-timers",
+    envvar="WEFT_MAX_PENDING_TIMERS",
+    type=click.IntRange(*SETTABLE["pending_timers"]),
+    default=Limits.pending_timers,
+    show_default=True,
+    help="timers one run may have started at once",
+)
+@click.option(
+    "--max-signals-per-run",
+    envvar="WEFT_MAX_SIGNALS_PER_RUN",
+    type=click.IntRange(*SETTABLE["signals_per_run"]),
+    default=Limits.signals_per_run,
+    show_default=True,
+    help="signals one run may receive",
+)
+@click.option(
     "--node-name",
     envvar="WEFT_NODE_NAME",
     default="",
@@ -214,6 +257,11 @@ def server(
     auth: bool,
     max_polls_per_principal: int,
     max_requests_per_principal: float,
+    max_payload_size: int,
+    max_history_events: int,
+    max_pending_activities: int,
+    max_pending_timers: int,
+    max_signals_per_run: int,
     node_name: str,
     lease_period: timedelta,
     worker_session_timeout: timedelta,
@@ -259,6 +307,11 @@ def server(
             "WEFT_LOG_LEVEL": log_level,
             "WEFT_MAX_POLLS_PER_PRINCIPAL": str(max_polls_per_principal),
             "WEFT_MAX_REQUESTS_PER_PRINCIPAL": str(max_requests_per_principal),
+            "WEFT_MAX_PAYLOAD_SIZE": str(max_payload_size),
+            "WEFT_MAX_HISTORY_EVENTS": str(max_history_events),
+            "WEFT_MAX_PENDING_ACTIVITIES": str(max_pending_activities),
+            "WEFT_MAX_PENDING_TIMERS": str(max_pending_timers),
+            "WEFT_MAX_SIGNALS_PER_RUN": str(max_signals_per_run),
             "WEFT_NODE_NAME": node_name,
             "WEFT_LEASE_PERIOD": f"{lease_period.total_seconds()}s",
             "WEFT_WORKER_SESSION_TIMEOUT": f"{worker_session_timeout.total_seconds()}s",
@@ -290,6 +343,14 @@ def server(
         auth=auth,
         max_polls_per_principal=max_polls_per_principal,
         max_requests_per_principal=max_requests_per_principal,
+        limits=dataclasses.replace(
+            Limits(),
+            payload_bytes=max_payload_size,
+            events_per_run=max_history_events,
+            pending_activities=max_pending_activities,
+            pending_timers=max_pending_timers,
+            signals_per_run=max_signals_per_run,
+        ),
         node_name=node_name,
         lease_period=lease_period.total_seconds(),
         worker_session_timeout=worker_session_timeout.total_seconds(),

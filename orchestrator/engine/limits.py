@@ -30,6 +30,20 @@ class Limits:
         return history_length >= SUGGEST_CONTINUE * self.events_per_run
 
 
+# What an operator may set each limit to (`weft server --max-…`). A payload
+# leaves room for a failure's details (the SDK keeps a traceback to 16,000
+# characters) and stays within a history page's bytes (2 MiB,
+# `api.common.HISTORY_PAGE_BYTES`), so an event fits the 4 MiB a gRPC client
+# receives by default; Temporal's default limit on a payload is 2 MB too.
+SETTABLE = {
+    "payload_bytes": (64 * 1024, 2 * 1024 * 1024),
+    "events_per_run": (1_000, 1_000_000),
+    "pending_activities": (1, 100_000),
+    "pending_timers": (1, 100_000),
+    "signals_per_run": (1, 1_000_000),
+}
+
+
 @dataclass(frozen=True)
 class Defaults:
     """Timeouts applied when neither the request nor a registered type gives one (seconds)."""
