@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import asyncio
 import os
+import random
 import signal
 import socket
 import ssl
@@ -36,11 +37,27 @@ WEFT = str(Path(PYTHON).parent / "weft")
 REPO = Path(__file__).resolve().parent.parent
 
 
+# Ports for servers to listen on are taken below the kernel's ephemeral range
+# (`ip_local_port_range`, 32768 and up by default): a port from that range can
+# be handed to an outgoing connection (to PostgreSQL, say) between the moment
+# it was found free here and the moment the server binds it.
+_LISTEN_PORTS = range(20_000, 32_000)
+
+
 def free_port() -> int:
-    with socket.socket() as sock:
+    """A port on 127.0.0.1 that nothing listens on, for a server to bind."""
+    for _ in range(50):
+        port = random.choice(_LISTEN_PORTS)
+        with socket.socket() as sock:
+            try:
+                sock.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+            return port
+    with socket.socket() as sock:  # (all those tried were taken: let the kernel choose)
         sock.bind(("127.0.0.1", 0))
-        port: int = sock.getsockname()[1]
-        return port
+        chosen: int = sock.getsockname()[1]
+        return chosen
 
 
 def spawn(
