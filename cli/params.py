@@ -43,12 +43,10 @@ class SizeType(click.ParamType):  # type: ignore[type-arg]
     def convert(
         self, value: object, param: click.Parameter | None, ctx: click.Context | None
     ) -> int:
-        if isinstance(value, int):
-            return value
         text = str(value).strip()
         digits = len(text) - len(text.lstrip("0123456789"))
         number, unit = text[:digits], text[digits:].strip().lower()
-        if not number or unit not in self._UNITS:
+        if not number or unit not in self._UNITS or digits > 18:  # (past that, no size)
             self.fail(f"{value!r} is not a size: give bytes, or KiB / MiB (256KiB)", param, ctx)
         size = int(number) * self._UNITS[unit]
         if not self.low <= size <= self.high:

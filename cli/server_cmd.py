@@ -470,12 +470,17 @@ async def _serve(
         elif signals > 2:
             os._exit(128 + signum)  # a sync task past its grace that never returns
 
-    async def start_embedded() -> None:
+    async def start_embedded() -> bool:
         # Before the node says SERVING: a client that waits for that finds the
         # embedded deciders' types registered (`weft start TYPE` needs no list).
+        # It does not say it once stopping, or with a worker already ended.
+        if node.tls is not None:  # (a reload asked for meanwhile must not end the process)
+            loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
         if embedded is not None and not stop.is_set():
             embedded.start()
             await embedded.ready(stop)
+            return not stop.is_set() and not any(task.done() for task in embedded.tasks)
+        return not stop.is_set()
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)

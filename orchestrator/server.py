@@ -86,11 +86,12 @@ class Server:
         if c.earliest_deadline is not None and self._scanner is not None:
             self._scanner.hint(c.earliest_deadline)
 
-    async def start(self, before_serving: Callable[[], Awaitable[None]] | None = None) -> int:
+    async def start(self, before_serving: Callable[[], Awaitable[bool]] | None = None) -> int:
         """Open the store, join the cluster and listen; `before_serving` runs
         once the node's services answer (in process) and before its health
         check says SERVING (`weft server --embed`: the embedded workers'
-        registrations). Returns the port."""
+        registrations), which it says only if that returns True. Returns the
+        port."""
         reason = self.config.insecure_reason()
         if reason is not None:
             raise ValueError(reason)
@@ -197,10 +198,9 @@ class Server:
             self._tasks.append(asyncio.create_task(self._watch_tls(), name="tls-watch"))
         assert self._membership is not None
         await self._membership.become(node_rows.READY)
-        if before_serving is not None:
-            await before_serving()
-        for name in ("", SERVICE_NAME, ADMIN_SERVICE_NAME):
-            await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
+        if before_serving is None or await before_serving():
+            for name in ("", SERVICE_NAME, ADMIN_SERVICE_NAME):
+                await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
             "server.started",
             listen=self.config.listen,

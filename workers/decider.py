@@ -47,15 +47,17 @@ def build(
     config: DeciderConfig,
     client: AsyncClient | None = None,
     loaded: list[ModuleType] | None = None,
+    steps: list[Definition] | None = None,
 ) -> DeciderWorker:
     """The worker for a config (`loaded`: its modules, already imported by the
-    caller); raises LoadError when a module holds no decider or there is no task
-    list to poll."""
+    caller; `steps`: its definitions, already read); raises LoadError when a
+    module holds no decider or there is no task list to poll."""
     modules = loaded if loaded is not None else load(list(config.modules))
     deciders = deciders_in(modules) if config.modules else []
     if config.modules and not deciders:
         raise LoadError(f"no Decider subclasses in {', '.join(config.modules)}")
-    steps = load_definitions(config.definitions)
+    if steps is None:
+        steps = load_definitions(config.definitions)
     lists = config.task_lists or tuple(
         sorted({d.task_list for d in deciders if d.task_list} | {d.task_list for d in steps})
     )

@@ -27,6 +27,7 @@ from sdk.worker import Worker
 from workers import decider, runner
 from workers.loader import LoadError, activities_in, deciders_in, load
 from workers.process import WORKER_RETRY
+from workers.steps.model import Definition
 
 log = structlog.get_logger("weft.embedded")
 
@@ -100,8 +101,10 @@ def build(
     # Once, and each module once: a module given by path runs each time it loads.
     loaded = load(list(dict.fromkeys(modules)))
     deciders, activities = deciders_in(loaded), activities_in(loaded)
-    steps = decider.load_definitions(definitions, "--embed-definitions")
+    steps = _definitions(tuple(dict.fromkeys(definitions)))
     if not deciders and not activities and not steps:
+        if not modules:
+            raise LoadError(f"--embed-definitions: no step workflows in {', '.join(definitions)}")
         where = ", ".join((*modules, *definitions))
         raise LoadError(f"no Decider subclasses, @activity functions or step workflows in {where}")
     workers: list[Worker] = []
@@ -112,12 +115,11 @@ def build(
         if not decider_lists:
             raise LoadError("no task list: set task_list on the Decider classes")
         with_deciders = modules if deciders else ()  # (modules of activities only: none)
-        config = decider.DeciderConfig(
-            "", namespace, with_deciders, task_lists=decider_lists, definitions=definitions
-        )
+        config = decider.DeciderConfig("", namespace, with_deciders, task_lists=decider_lists)
         if concurrency:
             config = dataclasses.replace(config, concurrency=concurrency)
-        workers.append(decider.build(config, _client(services, namespace, "decider"), loaded))
+        client = _client(services, namespace, "decider")
+        workers.append(decider.build(config, client, loaded, steps))
     if activities:
         # An activity that names no list is scheduled on its workflow's: the
         # lists the deciders poll.
@@ -134,6 +136,15 @@ def build(
             conf = dataclasses.replace(conf, concurrency=concurrency)
         workers.append(runner.build(conf, _client(services, namespace, "runner"), loaded))
     return EmbeddedWorkers(workers)
+
+
+def _definitions(folders: tuple[str, ...]) -> list[Definition]:
+    """The step workflows of `--embed-definitions`; a LoadError that names the option."""
+    try:
+        return decider.load_definitions(folders, "--embed-definitions")
+    except LoadError as exc:
+        said = str(exc)
+        raise LoadError(said if said.startswith("--") else f"--embed-definitions: {said}") from None
 
 
 def _client(services: InProcess, namespace: str, kind: str) -> AsyncClient:

@@ -18,7 +18,7 @@ from orchestrator.dispatch.polls import DEFAULT_MAX_POLLS_PER_CLIENT, LongPolls
 from orchestrator.dispatch.sessions import SessionBook
 from orchestrator.dispatch.wakeups import Wakeups
 from orchestrator.engine.defaults import RegisteredWorkflowType, chosen_type, type_candidates
-from orchestrator.engine.limits import SETTABLE, Defaults, Limits
+from orchestrator.engine.limits import MAX_DEFINITION_BYTES, SETTABLE, Defaults, Limits
 from orchestrator.metrics import Metrics
 from orchestrator.store.cache import MAX_TAIL_BYTES
 from orchestrator.store.store import RunRow, Store
@@ -33,13 +33,15 @@ from .tokens import TokenCodec
 Ctx = grpc.aio.ServicerContext[Any, Any]
 HISTORY_PAGE = 1000
 # A page of history is also bounded in bytes: well under gRPC's default 4 MiB a
-# client can receive, whatever the events hold (one event always fits: a payload
-# is at most the payload limit, which may be set no higher than a page).
+# client can receive, whatever the events hold. A page always holds its first
+# event, whatever its size: that one stays under 4 MiB too, since a payload may
+# be set no higher than 2 MiB and a definition is at most 256 KiB.
 HISTORY_PAGE_BYTES = 2 * 1024 * 1024
+DEFAULT_CLIENT_RECEIVE = 4 * 1024 * 1024
 if MAX_TAIL_BYTES > HISTORY_PAGE_BYTES:  # (`_history_page` serves a held window as a page)
     raise RuntimeError("a run's tail held in memory must fit in a history page")
-if SETTABLE["payload_bytes"][1] > HISTORY_PAGE_BYTES:
-    raise RuntimeError("the highest payload limit must fit in a history page")
+if SETTABLE["payload_bytes"][1] + MAX_DEFINITION_BYTES >= DEFAULT_CLIENT_RECEIVE:
+    raise RuntimeError("an event with the largest payload must fit what a client receives")
 STATUS_VALUES = {
     "open": c.WORKFLOW_STATUS_OPEN,
     "completed": c.WORKFLOW_STATUS_COMPLETED,

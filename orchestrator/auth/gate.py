@@ -35,11 +35,13 @@ class Caller:
     "embedded:<host>" (`embedded_workers`)."""
     grants: tuple[Grant, ...]
     credential_ids: tuple[str, ...] = ()
-    """The credentials behind it; none for the node's own embedded workers."""
+    """The credentials behind it (none for `embedded`)."""
     since: float = 0.0
     """When (monotonic) the credentials were last read or trusted."""
     expires_at: datetime | None = None
     """The earliest expiry among them."""
+    embedded: bool = False
+    """The node's own embedded workers: no credential to revoke or lose."""
 
     def check(self, rpc: str, scope: Scope) -> None:
         """Raise `Refused` unless one of the caller's grants allows the call."""
@@ -69,8 +71,11 @@ def embedded_workers(namespace: str, task_lists: Iterable[str]) -> Caller:
     of a `weft decider` / `weft runner` for those lists would be. It holds no
     credential (its calls never leave the process, `api.in_process`), so there
     is nothing to revoke; the per-principal limits still apply to it."""
-    grant = Grant(namespace=namespace, role=WORKER, task_lists=frozenset(task_lists))
-    return Caller(f"embedded:{socket.gethostname()}", (grant,))
+    lists = frozenset(task_lists)
+    if not lists:  # (no narrowing at all would be a worker of every list)
+        raise ValueError("embedded workers poll at least one task list")
+    grant = Grant(namespace=namespace, role=WORKER, task_lists=lists)
+    return Caller(f"embedded:{socket.gethostname()}", (grant,), embedded=True)
 
 
 class Authenticator:
@@ -102,8 +107,8 @@ class Authenticator:
     def still_valid(self, who: Caller) -> bool:
         """Whether a caller admitted earlier (a waiting poll) may still be handed work:
         none of its credentials changed since, and none expired."""
-        if not who.credential_ids:
-            return True  # the node's own workers: no credential to revoke or lose
+        if who.embedded:
+            return True
         if who.expires_at is not None and datetime.now(UTC) >= who.expires_at:
             return False
         return self._unchanged_since(who.since, who.credential_ids)

@@ -5,7 +5,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 # A registered workflow definition (step YAML) is copied into the WorkflowStarted
-# of every run: as large as a payload, and no larger.
+# of every run: as large as a default payload, whatever the payload limit is set
+# to (a definition registered under one setting must stay valid under another).
 MAX_DEFINITION_BYTES = 256 * 1024
 # From this share of the event limit on, decision tasks suggest continue-as-new:
 # it leaves room to finish the current step.
@@ -32,14 +33,15 @@ class Limits:
 
 # What an operator may set each limit to (`weft server --max-…`). A payload
 # leaves room for a failure's details (the SDK keeps a traceback to 16,000
-# characters) and stays within a history page's bytes (2 MiB,
-# `api.common.HISTORY_PAGE_BYTES`), so an event fits the 4 MiB a gRPC client
-# receives by default; Temporal's default limit on a payload is 2 MB too.
+# characters), and an event (a WorkflowStarted with an input and a definition)
+# stays under the 4 MiB a gRPC client receives by default (`api.common`);
+# Temporal's default limit on a payload is 2 MB too.
 SETTABLE = {
     "payload_bytes": (64 * 1024, 2 * 1024 * 1024),
     "events_per_run": (1_000, 1_000_000),
-    "pending_activities": (1, 100_000),
-    "pending_timers": (1, 100_000),
+    # (A pending activity keeps its last heartbeat's details in the run's state.)
+    "pending_activities": (1, 10_000),
+    "pending_timers": (1, 10_000),
     "signals_per_run": (1, 1_000_000),
 }
 

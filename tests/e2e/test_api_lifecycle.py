@@ -4,10 +4,13 @@ lists, health. Polls, history, describe and list are in test_api.py."""
 
 from __future__ import annotations
 
+import asyncio
+
 import grpc
 import pytest
 from grpc_health.v1 import health_pb2, health_pb2_grpc
 
+from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import decisions_pb2 as d
@@ -291,3 +294,40 @@ async def test_health_check_serving(server: Server) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as info:
             await health.Check(health_pb2.HealthCheckRequest(service="no.such.Service"))
         assert info.value.code() == grpc.StatusCode.NOT_FOUND
+
+
+@pytest.mark.parametrize("serve", [True, False])
+async def test_health_says_serving_only_after_before_serving_allows_it(
+    server_config: ServerConfig, serve: bool
+) -> None:
+    """`Server.start(before_serving=…)` (the embedded workers' registrations):
+    NOT_SERVING while it runs, though the port answers and the node's services
+    answer in process; SERVING afterwards only if it returned True."""
+    node = Server(server_config)
+    entered, release = asyncio.Event(), asyncio.Event()
+
+    async def before_serving() -> bool:
+        await node.in_process().workflow.ListTaskLists(s.ListTaskListsRequest(), timeout=5)
+        entered.set()
+        await release.wait()
+        return serve
+
+    starting = asyncio.ensure_future(node.start(before_serving=before_serving))
+    try:
+        await asyncio.wait_for(entered.wait(), 30)
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            health = health_pb2_grpc.HealthStub(channel)
+            check = health_pb2.HealthCheckRequest(service="")
+            assert (await health.Check(check)).status == health_pb2.HealthCheckResponse.NOT_SERVING
+            release.set()
+            await starting
+            expected = (
+                health_pb2.HealthCheckResponse.SERVING
+                if serve
+                else health_pb2.HealthCheckResponse.NOT_SERVING
+            )
+            assert (await health.Check(check)).status == expected
+    finally:
+        release.set()
+        await starting
+        await node.stop(grace=0.5)

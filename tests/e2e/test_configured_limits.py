@@ -115,7 +115,12 @@ async def test_signals_past_the_set_count_are_refused(stub: sg.WorkflowServiceSt
     [
         ("--max-payload-size", "4MiB", "4MiB is not from 64KiB to 2MiB"),
         ("--max-payload-size", "12XB", "'12XB' is not a size: give bytes, or KiB / MiB (256KiB)"),
-        ("--max-pending-timers", "0", "0 is not in the range 1<=x<=100000."),
+        ("--max-pending-timers", "0", "0 is not in the range 1<=x<=10000."),
+        (
+            "--max-payload-size",
+            "9" * 5000,
+            f"'{'9' * 5000}' is not a size: give bytes, or KiB / MiB (256KiB)",
+        ),
     ],
 )
 def test_a_limit_out_of_its_range_is_refused(

@@ -269,17 +269,17 @@ def test_a_module_that_does_not_load_is_refused_by_a_supervisor(
 async def test_under_auth_the_embedded_workers_run_as_a_worker_of_their_lists(
     db_url: str, tmp_path: Path
 ) -> None:
-    await _runs_under_auth(db_url, tmp_path, ())
+    await _runs_under_auth(db_url, tmp_path, (), processes=1)
 
 
 async def test_under_auth_each_process_of_workers_2_admits_its_embedded_workers(
     postgres_url: str, tmp_path: Path
 ) -> None:
-    await _runs_under_auth(postgres_url, tmp_path, ("--workers", "2"), runs=4)
+    await _runs_under_auth(postgres_url, tmp_path, ("--workers", "2"), runs=4, processes=2)
 
 
 async def _runs_under_auth(
-    db_url: str, tmp_path: Path, extra: tuple[str, ...], runs: int = 1
+    db_url: str, tmp_path: Path, extra: tuple[str, ...], processes: int, runs: int = 1
 ) -> None:
     """`--embed` with `--auth`: a caller without a key is refused; with the
     bootstrapped admin key, runs complete on the embedded workers, whose events
@@ -301,6 +301,11 @@ async def _runs_under_auth(
             for n, workflow_id in enumerate(ids):
                 assert await client.result(workflow_id, timeout=RESULT_WAIT) == {"stamped": n}
                 histories.append(await client.history(workflow_id))
+        # Each worker of each process opened its session (an authenticated call):
+        # none of them was refused, in no process.
+        log = proc.log_path.read_text()
+        assert log.count('"worker.session_opened"') == 2 * processes, log[-2000:]
+        assert '"embedded.failed"' not in log and "Traceback" not in log, log[-2000:]
     finally:
         proc.stop()
     embedded = f"embedded:{socket.gethostname()}"
@@ -333,7 +338,8 @@ async def test_embedded_definitions_are_registered_and_run_in_the_process(
 
 def test_definitions_alone_make_a_decider_only(tmp_path: Path) -> None:
     services = Server(ServerConfig(db_url=f"sqlite:///{tmp_path}/w.db")).in_process()
-    workers = build_embedded((), services, "default", None, (str(STEPS),))
+    twice = (str(STEPS), str(STEPS))  # (one folder given twice is read once)
+    workers = build_embedded((), services, "default", None, twice)
     assert [(w.kind, w.task_lists) for w in workers.workers] == [("decision", ["embedded"])]
 
 
@@ -347,7 +353,7 @@ def test_a_definition_that_does_not_parse_is_refused(tmp_path: Path) -> None:
     folder.mkdir()
     (folder / "broken.yaml").write_text("name: broken\nsteps: [{step: no-such-step}]\n")
     line = refused(tmp_path, "--embed-definitions", str(folder))
-    assert line.startswith(f"weft server: --embed: {folder / 'broken.yaml'}:"), line
+    assert line.startswith(f"weft server: --embed-definitions: {folder / 'broken.yaml'}:"), line
 
 
 def test_a_concurrency_without_embed_is_refused(tmp_path: Path) -> None:

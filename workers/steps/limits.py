@@ -27,9 +27,10 @@ MAX_NUMBER_CHARS: Final = 400
 """A text longer than this never reads as a number (Python refuses to read
 ints of more than 4,300 digits, and a float that long is not meant as one)."""
 
-MAX_TEXT_CHARS: Final = 1_048_576
-"""The longest text an expression or transform may build (1 Mi characters,
-four times the payload limit: such a value could never be recorded anyway)."""
+MAX_TEXT_CHARS: Final = 2_097_152
+"""The longest text an expression or transform may build (2 Mi characters: the
+highest payload limit a server may be given, `--max-payload-size 2MiB`, so
+such a value could never be recorded anyway)."""
 
 MAX_VALUE_DEPTH: Final = 100
 """How deep a value made by `let json|yaml` or a transform may nest (the
@@ -42,7 +43,8 @@ otherwise stand for billions of items."""
 
 MAX_FOREACH_ITEMS: Final = 10_000
 """The most items a `foreach` or a nested workflow's `target` may iterate:
-each item records a step marker, and a run holds at most 50,000 events."""
+each item records a step marker, and a run holds at most 50,000 events (the
+server's default `--max-history-events`)."""
 
 MIN_TIMER: Final = timedelta(seconds=1)
 """Timers (`sleep`, `wait … timeout`, retry backoff, step timeouts) shorter
