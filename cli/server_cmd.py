@@ -9,9 +9,9 @@ import os
 import signal
 import sys
 import urllib.parse
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from datetime import timedelta
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
@@ -23,6 +23,22 @@ from orchestrator.engine.limits import SETTABLE, Limits
 if TYPE_CHECKING:
     from orchestrator.server import Server
     from workers.embedded import EmbeddedWorkers
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
+    """A `--max-…` option (and its WEFT_MAX_… variable) for the per-run limit
+    `limit`, a field of `Limits`: its default there, its range in `SETTABLE`."""
+    return click.option(
+        flag,
+        envvar="WEFT_" + flag.removeprefix("--").upper().replace("-", "_"),
+        type=click.IntRange(*SETTABLE[limit]),
+        default=getattr(Limits, limit),
+        show_default=True,
+        help=text,
+    )
 
 
 @click.command()
@@ -155,38 +171,18 @@ if TYPE_CHECKING:
     show_default=True,
     help="largest input, result, details or signal payload (64KiB to 2MiB)",
 )
-@click.option(
+@_limit_option(
     "--max-history-events",
-    envvar="WEFT_MAX_HISTORY_EVENTS",
-    type=click.IntRange(*SETTABLE["events_per_run"]),
-    default=Limits.events_per_run,
-    show_default=True,
-    help="events per run; past it only closing decisions are taken (continue as new)",
+    "events_per_run",
+    "events per run; past it only closing decisions are taken (continue as new)",
 )
-@click.option(
+@_limit_option(
     "--max-pending-activities",
-    envvar="WEFT_MAX_PENDING_ACTIVITIES",
-    type=click.IntRange(*SETTABLE["pending_activities"]),
-    default=Limits.pending_activities,
-    show_default=True,
-    help="activities one run may have scheduled or running at once",
+    "pending_activities",
+    "activities one run may have scheduled or running at once",
 )
-@click.option(
-    "--max-pending-timers",
-    envvar="WEFT_MAX_PENDING_TIMERS",
-    type=click.IntRange(*SETTABLE["pending_timers"]),
-    default=Limits.pending_timers,
-    show_default=True,
-    help="timers one run may have started at once",
-)
-@click.option(
-    "--max-signals-per-run",
-    envvar="WEFT_MAX_SIGNALS_PER_RUN",
-    type=click.IntRange(*SETTABLE["signals_per_run"]),
-    default=Limits.signals_per_run,
-    show_default=True,
-    help="signals one run may receive",
-)
+@_limit_option("--max-pending-timers", "pending_timers", "timers one run may have started at once")
+@_limit_option("--max-signals-per-run", "signals_per_run", "signals one run may receive")
 @click.option(
     "--node-name",
     envvar="WEFT_NODE_NAME",
