@@ -47,7 +47,8 @@ class SizeType(click.ParamType):  # type: ignore[type-arg]
         digits = len(text) - len(text.lstrip("0123456789"))
         number, unit = text[:digits], text[digits:].strip().lower()
         if not number or unit not in self._UNITS or digits > 18:  # (past that, no size)
-            self.fail(f"{value!r} is not a size: give bytes, or KiB / MiB (256KiB)", param, ctx)
+            shown = repr(text if len(text) <= 40 else text[:40] + "…")
+            self.fail(f"{shown} is not a size: give bytes, or KiB / MiB (256KiB)", param, ctx)
         size = int(number) * self._UNITS[unit]
         if not self.low <= size <= self.high:
             self.fail(f"{value} is not from {_size(self.low)} to {_size(self.high)}", param, ctx)

@@ -470,8 +470,6 @@ async def _serve(
         # Before the node says SERVING: a client that waits for that finds the
         # embedded deciders' types registered (`weft start TYPE` needs no list).
         # It does not say it once stopping, or with a worker already ended.
-        if node.tls is not None:  # (a reload asked for meanwhile must not end the process)
-            loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
         if embedded is not None and not stop.is_set():
             embedded.start()
             await embedded.ready(stop)
@@ -480,15 +478,16 @@ async def _serve(
 
     for sig in (signal.SIGTERM, signal.SIGINT):
         loop.add_signal_handler(sig, on_signal, sig)
+    if node.config.tls_cert:  # without TLS, SIGHUP keeps its default (exit)
+        loop.add_signal_handler(signal.SIGHUP, node.reload_tls)  # (a no-op until it is read)
     await node.start(before_serving=start_embedded)
     tune_collector()
-    if node.tls is not None:  # without TLS, SIGHUP keeps its default (exit)
-        loop.add_signal_handler(signal.SIGHUP, node.reload_tls)
     if embedded is None:
         await stop.wait()
         await node.stop()
         return
-    if not embedded.tasks:  # a signal while the node started: no worker was started
+    if stop.is_set():  # a signal while the node started: its workers stop, not fail
+        await embedded.stop()
         await node.stop()
         return
     stopped = asyncio.ensure_future(stop.wait())

@@ -198,7 +198,8 @@ class Server:
             self._tasks.append(asyncio.create_task(self._watch_tls(), name="tls-watch"))
         assert self._membership is not None
         await self._membership.become(node_rows.READY)
-        if before_serving is None or await before_serving():
+        serving = before_serving is None or await before_serving()
+        if serving:
             for name in ("", SERVICE_NAME, ADMIN_SERVICE_NAME):
                 await self._health.set(name, health_pb2.HealthCheckResponse.SERVING)
         log.info(
@@ -207,6 +208,7 @@ class Server:
             port=self.port,
             tls="mutual" if self.tls and self.tls.mutual else "on" if self.tls else "off",
             auth="required" if self.config.auth else "off",
+            serving=serving,
             db=dialect.display_url(self.config.db_url),
             node=self._membership.node_id,
         )

@@ -17,6 +17,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import structlog
@@ -101,7 +102,7 @@ def build(
     # Once, and each module once: a module given by path runs each time it loads.
     loaded = load(list(dict.fromkeys(modules)))
     deciders, activities = deciders_in(loaded), activities_in(loaded)
-    steps = _definitions(tuple(dict.fromkeys(definitions)))
+    steps = _definitions(_once(definitions))
     if not deciders and not activities and not steps:
         if not modules:
             raise LoadError(f"--embed-definitions: no step workflows in {', '.join(definitions)}")
@@ -136,6 +137,14 @@ def build(
             conf = dataclasses.replace(conf, concurrency=concurrency)
         workers.append(runner.build(conf, _client(services, namespace, "runner"), loaded))
     return EmbeddedWorkers(workers)
+
+
+def _once(folders: tuple[str, ...]) -> tuple[str, ...]:
+    """Each folder once, however it is spelled (`flows`, `flows/`, `./flows`)."""
+    seen: dict[Path, str] = {}
+    for folder in folders:
+        seen.setdefault(Path(folder).resolve(), folder)
+    return tuple(seen.values())
 
 
 def _definitions(folders: tuple[str, ...]) -> list[Definition]:

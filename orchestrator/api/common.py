@@ -33,9 +33,9 @@ from .tokens import TokenCodec
 Ctx = grpc.aio.ServicerContext[Any, Any]
 HISTORY_PAGE = 1000
 # A page of history is also bounded in bytes: well under gRPC's default 4 MiB a
-# client can receive, whatever the events hold. A page always holds its first
-# event, whatever its size: that one stays under 4 MiB too, since a payload may
-# be set no higher than 2 MiB and a definition is at most 256 KiB.
+# client can receive, whatever the events hold. A page holds no more, or its
+# first event alone when that is larger: that one stays under 4 MiB too, since
+# a payload may be set no higher than 2 MiB and a definition is at most 256 KiB.
 HISTORY_PAGE_BYTES = 2 * 1024 * 1024
 DEFAULT_CLIENT_RECEIVE = 4 * 1024 * 1024
 if MAX_TAIL_BYTES > HISTORY_PAGE_BYTES:  # (`_history_page` serves a held window as a page)

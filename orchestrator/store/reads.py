@@ -12,7 +12,7 @@ from datetime import datetime, timedelta
 from typing import Any, TypeVar
 
 import structlog
-from sqlalchemy import event, func, literal, select, tuple_, union_all
+from sqlalchemy import event, func, literal, or_, select, tuple_, union_all
 from sqlalchemy.exc import DataError, DBAPIError, IntegrityError
 from sqlalchemy.ext.asyncio import AsyncConnection, AsyncEngine
 
@@ -238,23 +238,25 @@ class StoreBase:
     ) -> list[h.HistoryEvent]:
         """Events from `first_id` (to `last_id`), at most `limit` of them and, with
         `max_bytes`, no more bytes than that, but always the first one: a page of
-        large payloads stays within what a client can receive."""
+        large payloads stays within what a client can receive (`max_bytes`, or
+        one event if that alone is larger)."""
         ev = history_events.c
         query = select(ev.event_id, ev.data).where(ev.run_id == run_id, ev.event_id >= first_id)
         if last_id is not None:
             query = query.where(ev.event_id <= last_id)
         query = query.order_by(ev.event_id).limit(limit)
         if max_bytes is not None:
-            # The bytes before each row, over at most `limit` rows; only rows that
-            # start within the budget are sent back.
+            # The bytes up to each row, over at most `limit` rows; the rows that
+            # end within the budget are sent back, and the first in any case.
             page = query.subquery()
             size = func.length(page.c.data)
-            before = (func.sum(size).over(order_by=page.c.event_id) - size).label("before")
-            windowed = select(page.c.event_id, page.c.data, before).subquery()
+            through = func.sum(size).over(order_by=page.c.event_id).label("through")
+            windowed = select(page.c.event_id, page.c.data, size.label("size"), through).subquery()
+            w = windowed.c
             query = (
-                select(windowed.c.event_id, windowed.c.data)
-                .where(windowed.c.before < max_bytes)
-                .order_by(windowed.c.event_id)
+                select(w.event_id, w.data)
+                .where(or_(w.through <= max_bytes, w.through == w.size))
+                .order_by(w.event_id)
             )
         rows = await self._rows(query)
         return [h.HistoryEvent.FromString(r.data) for r in rows]

@@ -119,7 +119,7 @@ async def test_signals_past_the_set_count_are_refused(stub: sg.WorkflowServiceSt
         (
             "--max-payload-size",
             "9" * 5000,
-            f"'{'9' * 5000}' is not a size: give bytes, or KiB / MiB (256KiB)",
+            f"'{'9' * 40}…' is not a size: give bytes, or KiB / MiB (256KiB)",
         ),
     ],
 )

@@ -304,8 +304,9 @@ async def _runs_under_auth(
         # Each worker of each process opened its session (an authenticated call):
         # none of them was refused, in no process.
         log = proc.log_path.read_text()
-        assert log.count('"worker.session_opened"') == 2 * processes, log[-2000:]
-        assert '"embedded.failed"' not in log and "Traceback" not in log, log[-2000:]
+        assert log.count('"worker.session_opened"') >= 2 * processes, log[-2000:]
+        refused = ('"embedded.failed"', '"worker.session_failed"', "Traceback")
+        assert not any(line in log for line in refused), log[-2000:]
     finally:
         proc.stop()
     embedded = f"embedded:{socket.gethostname()}"
@@ -338,7 +339,7 @@ async def test_embedded_definitions_are_registered_and_run_in_the_process(
 
 def test_definitions_alone_make_a_decider_only(tmp_path: Path) -> None:
     services = Server(ServerConfig(db_url=f"sqlite:///{tmp_path}/w.db")).in_process()
-    twice = (str(STEPS), str(STEPS))  # (one folder given twice is read once)
+    twice = (str(STEPS), f"{STEPS}/")  # (one folder given twice is read once)
     workers = build_embedded((), services, "default", None, twice)
     assert [(w.kind, w.task_lists) for w in workers.workers] == [("decision", ["embedded"])]
 
@@ -378,6 +379,8 @@ async def test_a_worker_that_fails_at_its_start_stops_the_server(tmp_path: Path)
     try:
         assert await asyncio.to_thread(proc.wait, 30) == 1, log.read_text()
         assert "weft server: an embedded worker stopped:" in log.read_text()
+        # Its health check never said SERVING: the worker had ended before.
+        assert '"serving": false' in log.read_text(), log.read_text()
     finally:
         stop(proc)
 

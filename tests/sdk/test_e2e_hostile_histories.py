@@ -54,7 +54,7 @@ async def test_a_history_of_large_payloads_is_decided_and_read(
     signals = [e for e in events if e.type == "Signal"]
     assert [sig.get("input")[0] for sig in signals] == [chr(ord("a") + i) for i in range(CHUNKS)]
 
-    # Each page the server sends stays within its byte bound (one event over it at most).
+    # Each page the server sends stays within its byte bound (or is one event alone).
     token, pages = b"", 0
     while True:
         page = await client.rpc(
@@ -66,7 +66,7 @@ async def test_a_history_of_large_payloads_is_decided_and_read(
         )
         pages += 1
         sizes = [e.ByteSize() for e in page.events]
-        assert sum(sizes[:-1]) < HISTORY_PAGE_BYTES
+        assert sum(sizes) <= HISTORY_PAGE_BYTES or len(sizes) == 1, sizes
         token = page.next_page_token
         if not token:
             break

@@ -27,10 +27,11 @@ MAX_NUMBER_CHARS: Final = 400
 """A text longer than this never reads as a number (Python refuses to read
 ints of more than 4,300 digits, and a float that long is not meant as one)."""
 
-MAX_TEXT_CHARS: Final = 2_097_152
-"""The longest text an expression or transform may build (2 Mi characters: the
-highest payload limit a server may be given, `--max-payload-size 2MiB`, so
-such a value could never be recorded anyway)."""
+MAX_TEXT_CHARS: Final = 1_048_576
+"""The longest text an expression or transform may build (1 Mi characters, four
+times the default payload limit, so such a value could not be recorded there).
+It stays put when a server's limit is raised (`--max-payload-size`, up to 2
+MiB): a run that met it must decide the same when it is replayed."""
 
 MAX_VALUE_DEPTH: Final = 100
 """How deep a value made by `let json|yaml` or a transform may nest (the
