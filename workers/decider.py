@@ -15,6 +15,7 @@ from pathlib import Path
 from types import ModuleType
 
 from sdk.client import AsyncClient
+from sdk.decider import Decider
 from sdk.decider_worker import DeciderWorker, TypeRegistration
 from sdk.tls import TlsConfig
 from workers import process
@@ -58,9 +59,7 @@ def build(
         raise LoadError(f"no Decider subclasses in {', '.join(config.modules)}")
     if steps is None:
         steps = load_definitions(config.definitions)
-    lists = config.task_lists or tuple(
-        sorted({d.task_list for d in deciders if d.task_list} | {d.task_list for d in steps})
-    )
+    lists = config.task_lists or lists_of(deciders, steps)
     if not lists:
         raise LoadError(
             "no task list: give --task-list, --definitions, or set task_list on the Decider"
@@ -78,6 +77,13 @@ def build(
         register_types=True,
         fallback=StepDecider(steps, min_timer=config.min_timer, cpu_budget=config.cpu_budget),
         registrations=[registration(d, lists) for d in steps],
+    )
+
+
+def lists_of(deciders: list[Decider], steps: list[Definition]) -> tuple[str, ...]:
+    """The task lists the Decider classes and step workflows name, sorted."""
+    return tuple(
+        sorted({d.task_list for d in deciders if d.task_list} | {d.task_list for d in steps})
     )
 
 

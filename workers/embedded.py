@@ -109,9 +109,7 @@ def build(
         where = ", ".join((*modules, *definitions))
         raise LoadError(f"no Decider subclasses, @activity functions or step workflows in {where}")
     workers: list[Worker] = []
-    decider_lists = tuple(
-        sorted({d.task_list for d in deciders if d.task_list} | {d.task_list for d in steps})
-    )
+    decider_lists = decider.lists_of(deciders, steps)
     if deciders or steps:
         if not decider_lists:
             raise LoadError("no task list: set task_list on the Decider classes")

@@ -26,6 +26,7 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.errors import NotFoundError, PermissionDeniedError, UnauthenticatedError
+from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import unique
 
 
@@ -116,7 +117,7 @@ async def test_calls_admitted_as_the_embedded_workers_are_a_worker_of_their_list
     code, details = await refusal(workers.workflow.PollForDecisionTask, other_list)
     assert code == grpc.StatusCode.PERMISSION_DENIED, details
     waiting = asyncio.ensure_future(workers.workflow.PollForDecisionTask(poll, timeout=10))
-    await asyncio.sleep(0.3)  # (parked)
+    await parked(auth_server, "decision", "tl-a")
     assert auth_server.guard is not None
     auth_server.guard.forget_all()
     async with AsyncClient("in-process", in_process=admin) as starter:
