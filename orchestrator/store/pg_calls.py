@@ -87,6 +87,56 @@ async def _call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded
     return _outcome(conn, results)
 
 
+async def call_all(
+    conn: psycopg.AsyncConnection[Any],
+    calls: Sequence[tuple[bytes, Encoded]],
+    *,
+    first: bytes = b"",
+) -> list[bool]:
+    """Call the prepared writes in one transaction and one round trip, and
+    return their booleans in order: libpq's pipeline mode, with a single Sync
+    after the last, so that the database runs them as one implicit transaction
+    and commits all of them or none. The first error is raised as `call` raises
+    it, and then nothing was written (unless the connection was lost while the
+    commit was under way: then the outcome is unknown, as for `call`).
+    `first`: a statement without parameters run before them, in the same
+    transaction (a `SET LOCAL`)."""
+    pg = conn.pgconn
+    loop = asyncio.get_running_loop()
+    pg.enter_pipeline_mode()
+    if first:
+        pg.send_query_params(first, None)
+    for name, params in calls:
+        pg.send_query_prepared(name, params)
+    pg.pipeline_sync()
+    sent = False
+    try:
+        while pg.flush():
+            if await _ready(loop, pg.socket, write=True):
+                pg.consume_input()
+        sent = True
+        results = [await _results(loop, pg) for _ in range(len(calls) + bool(first))]
+        results.append(await _results(loop, pg))  # (the Sync's: PIPELINE_SYNC alone)
+    except asyncio.CancelledError:
+        if sent:  # (as in `_call`: see the backend stop before the connection is dropped)
+            with contextlib.suppress(Exception):
+                await conn.cancel_safe(timeout=_CANCEL_WAIT)
+        raise
+    if results[-1][-1:] and results[-1][-1].status == pq.ExecStatus.PIPELINE_SYNC:
+        pg.exit_pipeline_mode()  # (else the connection is broken and will be closed)
+    if first:
+        _outcome(conn, results.pop(0), row=False)
+    outcomes = [_outcome(conn, r) for r in results[:-1] if _ran(r)]
+    if len(outcomes) != len(calls):
+        raise psycopg.OperationalError("a pipelined call was not run")
+    return outcomes
+
+
+def _ran(results: list[pq.abc.PGresult]) -> bool:
+    """Whether a call in a pipeline ran: the calls after a failed one are skipped."""
+    return not (results and results[0].status == pq.ExecStatus.PIPELINE_ABORTED)
+
+
 async def _results(loop: asyncio.AbstractEventLoop, pg: pq.abc.PGconn) -> list[pq.abc.PGresult]:
     """Every result of the call, up to the end of its exchange. `get_result` is
     only called when it will not block (libpq waits on the socket otherwise)."""
@@ -99,12 +149,17 @@ async def _results(loop: asyncio.AbstractEventLoop, pg: pq.abc.PGconn) -> list[p
         if result is None:
             return results
         results.append(result)
+        if result.status == pq.ExecStatus.PIPELINE_SYNC:
+            return results  # (a pipeline's end has no empty result after it)
         if result.status in _COPY:
             return results  # (a COPY never ends by itself; no prepared call of ours starts one)
 
 
-def _outcome(conn: psycopg.AsyncConnection[Any], results: list[pq.abc.PGresult]) -> bool:
-    """The call's boolean, or the first error among its results."""
+def _outcome(
+    conn: psycopg.AsyncConnection[Any], results: list[pq.abc.PGresult], *, row: bool = True
+) -> bool:
+    """The call's boolean, or the first error among its results (`row=False`: a
+    statement that returns no row, whose outcome is True unless it failed)."""
     pg, value = conn.pgconn, None
     for result in results:
         status = result.status
@@ -120,6 +175,8 @@ def _outcome(conn: psycopg.AsyncConnection[Any], results: list[pq.abc.PGresult])
             raise pg_errors.error_from_result(result, encoding=conn.info.encoding)
     if pg.status == pq.ConnStatus.BAD:
         raise psycopg.OperationalError(pg.get_error_message() or "connection lost")
+    if not row:
+        return True
     if value is None:
         raise psycopg.OperationalError("the call returned no row")
     return value == b"t"

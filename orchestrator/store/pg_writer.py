@@ -4,6 +4,9 @@ round trip and one transaction write the run row, its events, its task and
 deadline rows and the notifications (through libpq, `pg_calls`). Reads on the
 hot path are single prepared statements in autocommit too.
 
+Under load, writes are committed in groups: one transaction and one round trip
+for the writes that waited while every committer was busy (`PgWriter.write`).
+
 Connections come from a small pool of its own, kept open (a closed connection
 forgets its prepared statements) and handed out most-recently-used first.
 """
@@ -45,6 +48,18 @@ _EVENT = "SELECT data FROM history_events WHERE run_id = %s AND event_id = %s"
 _FENCE = "SELECT pg_terminate_backend(%s)"
 _ALIVE = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
 _FENCE_WAIT = 5.0  # seconds to see a cut-off call's backend gone before giving up
+_STOPPING = "the server is stopping; the outcome of the write is unknown"
+_UNKNOWN = "database connection lost while committing; the outcome is unknown"
+# A group holds its runs' rows until it commits. Another transaction that locks
+# runs one by one (a signal between runs, a child and its parent) could come to
+# wait on one of them while holding a run the group waits on: the group gives up
+# its wait soon, and its writes go alone, which wait for one row each and so
+# cannot be part of such a cycle (PostgreSQL would find the cycle only after
+# `deadlock_timeout`, a second by default).
+_GROUP_WAIT = b"SET LOCAL lock_timeout = '100ms'"
+# Group commit: transactions of writes under way at once, and writes in one.
+COMMITTERS = 3
+GROUP_SIZE = 32
 # Unique keys that mean "taken": an open run of the workflow id, a request id
 # used before. Any other unique violation is a bug, not a conflict.
 CONFLICT_KEYS = frozenset({"ux_runs_open_workflow", "pk_request_ids"})
@@ -61,9 +76,14 @@ class PgWriter:
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._slots = asyncio.Semaphore(size)
         self._closed = False
+        self._busy = 0  # committers under way (a write alone, or a group)
+        self._queue: list[_Queued] = []
+        self._groups: set[asyncio.Task[None]] = set()
 
     async def close(self) -> None:
         self._closed = True
+        while self._groups:  # (writes already queued are committed, not dropped)
+            await asyncio.gather(*self._groups, return_exceptions=True)
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
@@ -133,41 +153,93 @@ class PgWriter:
         """Apply `w` if the run is still at `w.version` (or, new, does not exist);
         False if another writer came first. Conflict when a unique key was taken
         (an open run of the workflow id, a request id); Unavailable when the
-        database could not be reached or the outcome of the call is unknown."""
-        s = w.state
-        row = w.row()
-        rest = _rest(w)
-        if w.is_new:
-            statement = pg_calls.CREATE
-            params: tuple[pg_calls.Param, ...] = (
-                s.run_id,
-                s.namespace,
-                s.workflow_id,
-                s.type_name,
-                s.task_list,
-                naive(s.started_at),
-                list(links),
-                row["status"],
-                row["close_time"],
-                row["history_length"],
-                row["state"],
-                *rest,
-            )
-        else:
-            statement = pg_calls.APPLY
-            params = (
-                s.run_id,
-                w.version,
-                row["status"],
-                row["close_time"],
-                row["history_length"],
-                row["state"],
-                *rest,
-            )
+        database could not be reached or the outcome of the call is unknown.
+
+        Group commit: at most `COMMITTERS` transactions of writes are under way
+        at once. A write that finds them all busy waits in a queue, and the next
+        one to end takes everything queued (up to `GROUP_SIZE`) as one
+        transaction in one round trip (`pg_calls.call_all`): what the server
+        and the database spend per round trip and per commit is then shared.
+        A write that finds a committer free goes alone, at once, as before.
+        """
+        queued = _Queued(w, *_call_of(w, links))
+        if self._busy < COMMITTERS:
+            self._busy += 1
+            try:
+                return await self._write_alone(queued)
+            finally:
+                self._next_group()
+        queued.outcome = asyncio.get_running_loop().create_future()
+        self._queue.append(queued)
+        return await queued.outcome
+
+    def _next_group(self) -> None:
+        """A committer is free: give it the queued writes, or let it go."""
+        if not self._queue:
+            self._busy -= 1
+            return
+        group, self._queue = self._queue[:GROUP_SIZE], self._queue[GROUP_SIZE:]
+        task = asyncio.ensure_future(self._write_group(group))
+        self._groups.add(task)
+        task.add_done_callback(self._group_done)
+
+    def _group_done(self, task: asyncio.Task[None]) -> None:
+        self._groups.discard(task)
+        self._next_group()
+
+    async def _write_group(self, group: list[_Queued]) -> None:
+        """Commit the group as one transaction and settle each write's outcome.
+        A group that fails wrote nothing (or, cut off during its commit, all or
+        nothing): each write is then done alone, which gives each its own
+        outcome and error."""
         try:
-            encoded = pg_calls.encode(params)
-        except pg_errors.DataError as exc:
-            raise _does_not_fit(exc) from exc
+            if len(group) == 1:
+                alone = self._write_alone(group[0])
+                outcomes = list(await asyncio.gather(alone, return_exceptions=True))
+            else:
+                outcomes = await self._try_group(group)
+        except BaseException as exc:
+            # A bug, or the loop closing (cancelled): no outcome is known.
+            failure = exc if isinstance(exc, Exception) else Unavailable(_STOPPING)
+            for queued in group:
+                queued.settle(failure)
+            if failure is not exc:
+                raise
+            return
+        for queued, outcome in zip(group, outcomes, strict=True):
+            queued.settle(outcome)
+
+    async def _try_group(self, group: list[_Queued]) -> list[bool | BaseException]:
+        # In run order, so that two groups that share runs take their locks in
+        # the same order (and cannot deadlock on each other).
+        order = sorted(range(len(group)), key=lambda i: group[i].w.run_id)
+        backend = 0
+        try:
+            async with self._conn() as conn:
+                self._stats.statements += len(group)
+                backend = conn.info.backend_pid
+                written = await pg_calls.call_all(
+                    conn, [(group[i].statement, group[i].encoded) for i in order], first=_GROUP_WAIT
+                )
+                self._stats.transactions += 1
+        except psycopg.errors.DatabaseError as exc:
+            lost = backend if isinstance(exc, psycopg.OperationalError) else 0
+            if lost and not await self._fenced(lost):
+                return [Unavailable(_UNKNOWN) for _ in group]
+            tries = (self._write_alone(queued, after_loss=bool(lost)) for queued in group)
+            return list(await asyncio.gather(*tries, return_exceptions=True))
+        outcomes: list[bool | BaseException] = [False] * len(group)
+        for i, ok in zip(order, written, strict=True):
+            outcomes[i] = ok
+        return outcomes
+
+    async def _write_alone(self, queued: _Queued, *, after_loss: bool = False) -> bool:
+        """One write in a transaction of its own, retried while the database
+        says it may pass. `after_loss`: a transaction that held it was cut off
+        and its backend is gone: it landed if the run holds it."""
+        w, events = queued.w, queued.events
+        if after_loss and await self._holds(w, events):
+            return True
         delay = 0.02
         for attempt in range(_ATTEMPTS):
             backend = 0
@@ -175,7 +247,7 @@ class PgWriter:
                 async with self._conn() as conn:
                     self._stats.statements += 1
                     backend = conn.info.backend_pid
-                    written = await pg_calls.call(conn, statement, encoded)
+                    written = await pg_calls.call(conn, queued.statement, queued.encoded)
                     self._stats.transactions += 1
                     return written
             except pg_errors.UniqueViolation as exc:
@@ -186,7 +258,7 @@ class PgWriter:
                 raise _does_not_fit(exc) from exc
             except psycopg.errors.DatabaseError as exc:
                 lost = isinstance(exc, psycopg.OperationalError) and backend
-                if lost and await self._landed(w, rest[1], backend):
+                if lost and await self._landed(w, events, backend):
                     return True
                 if attempt == _ATTEMPTS - 1 or not _retryable(exc):
                     raise Unavailable(f"database unavailable: {exc}") from exc
@@ -199,26 +271,100 @@ class PgWriter:
 
         The server may still be running the call, and may commit it after we
         look: so the backend that ran it is ended first and seen gone (else
-        the outcome is unknown). Then the write landed if the run holds our
-        first event, byte for byte; other writers may have moved the run on
-        since, so its version says nothing. A write without events landed if
-        the run is one version on and holds exactly the state we wrote.
+        the outcome is unknown). Then the write landed if the run holds it.
         """
-        unknown = "database connection lost while committing; the outcome is unknown"
+        if not await self._fenced(backend):
+            raise Unavailable(_UNKNOWN)
+        return await self._holds(w, events)
+
+    async def _fenced(self, backend: int) -> bool:
+        """End the backend that ran a cut-off call; whether it was seen gone."""
         try:
             await self._read(_FENCE, (backend,))
             deadline = asyncio.get_running_loop().time() + _FENCE_WAIT
             while await self._read(_ALIVE, (backend,)):
                 if asyncio.get_running_loop().time() > deadline:
-                    raise Unavailable(unknown)
+                    return False
                 await asyncio.sleep(0.05)
+        except Unavailable:
+            return False
+        return True
+
+    async def _holds(self, w: RunWrite, events: list[bytes]) -> bool:
+        """Whether the run holds the write. Other writers may have moved the run
+        on since, so its version says nothing: the write landed if the run holds
+        its first event, byte for byte. A write without events landed if the run
+        is one version on and holds exactly the state it wrote."""
+        try:
             if events:
                 rows = await self._read(_EVENT, (w.run_id, w.events[0].event_id))
                 return bool(rows) and bytes(rows[0][0]) == events[0]
             rows = await self._read(_LOAD, (w.run_id,))
         except Unavailable:
-            raise Unavailable(unknown) from None
+            raise Unavailable(_UNKNOWN) from None
         return bool(rows) and int(rows[0][1]) == w.version + 1 and rows[0][0] == w.state_json
+
+
+class _Queued:
+    """One write on its way: its prepared call, and (while it waits for a
+    committer) the future its outcome is settled on."""
+
+    __slots__ = ("encoded", "events", "outcome", "statement", "w")
+
+    def __init__(
+        self, w: RunWrite, statement: bytes, encoded: pg_calls.Encoded, events: list[bytes]
+    ) -> None:
+        self.w, self.statement, self.encoded, self.events = w, statement, encoded, events
+        self.outcome: asyncio.Future[bool] | None = None
+
+    def settle(self, outcome: bool | BaseException) -> None:
+        future = self.outcome
+        if future is None or future.done():
+            return
+        if isinstance(outcome, BaseException):
+            future.set_exception(outcome)
+        else:
+            future.set_result(outcome)
+
+
+def _call_of(
+    w: RunWrite, links: tuple[str, str, str]
+) -> tuple[bytes, pg_calls.Encoded, list[bytes]]:
+    """The write as a prepared call: its name, its parameters, and its events' bytes."""
+    s = w.state
+    row = w.row()
+    rest = _rest(w)
+    if w.is_new:
+        statement = pg_calls.CREATE
+        params: tuple[pg_calls.Param, ...] = (
+            s.run_id,
+            s.namespace,
+            s.workflow_id,
+            s.type_name,
+            s.task_list,
+            naive(s.started_at),
+            list(links),
+            row["status"],
+            row["close_time"],
+            row["history_length"],
+            row["state"],
+            *rest,
+        )
+    else:
+        statement = pg_calls.APPLY
+        params = (
+            s.run_id,
+            w.version,
+            row["status"],
+            row["close_time"],
+            row["history_length"],
+            row["state"],
+            *rest,
+        )
+    try:
+        return statement, pg_calls.encode(params), rest[1]
+    except pg_errors.DataError as exc:
+        raise _does_not_fit(exc) from exc
 
 
 def _rest(w: RunWrite) -> tuple[str, list[bytes]]:

@@ -17,7 +17,7 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 
 from orchestrator.engine.errors import Unavailable
-from orchestrator.store import dialect, pg_calls
+from orchestrator.store import dialect, pg_calls, pg_writer
 from orchestrator.store.pg_writer import PgWriter
 from orchestrator.store.rows import DbStats
 from tests.pg_proxy import holding_proxy
@@ -246,3 +246,51 @@ async def test_the_writer_keeps_a_connection_the_server_only_refused(postgres_ur
         assert after != first
     finally:
         await writer.close()
+
+
+async def test_calls_in_a_pipeline_commit_together_or_not_at_all(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    """`call_all` sends several calls in one round trip, as one transaction: their
+    booleans in order; the first error as `call` raises it, with nothing of the
+    group written; and the connection usable again after."""
+
+    def calls(*rows: int) -> list[tuple[bytes, pg_calls.Encoded]]:
+        return [(PUT, pg_calls.encode([n, f"row {n}", None, [], [], None])) for n in rows]
+
+    assert await pg_calls.call_all(conn, calls(1, 2, 3)) == [True, True, True]
+    with pytest.raises(pg_errors.UniqueViolation):
+        await pg_calls.call_all(conn, calls(4, 2, 5))  # 2 is taken: 4 and 5 are undone
+    with pytest.raises(pg_errors.InvalidSqlStatementName):
+        await pg_calls.call_all(conn, [*calls(6), (b"no_such_statement", [])])
+    assert conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
+    assert await put(conn, [7, "after", None, [], [], None])
+    cur = await conn.execute("SELECT n FROM t_calls ORDER BY n")
+    assert [n for (n,) in await cur.fetchall()] == [1, 2, 3, 7]
+
+
+async def test_a_lost_connection_in_a_pipeline_is_an_operational_error(
+    conn: psycopg.AsyncConnection[Any], postgres_url: str
+) -> None:
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
+        await other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+    with pytest.raises(psycopg.OperationalError):
+        await pg_calls.call_all(conn, [(PUT, pg_calls.encode([1, "", None, [], [], None]))] * 2)
+
+
+async def test_a_group_gives_up_waiting_for_a_row_lock(
+    conn: psycopg.AsyncConnection[Any], postgres_url: str
+) -> None:
+    """The writer's groups wait at most a moment for a row another transaction
+    holds (so that they cannot deadlock with it for a second): the group fails
+    with LockNotAvailable, and writes nothing."""
+    async with await psycopg.AsyncConnection.connect(postgres_url) as other:
+        await other.execute("INSERT INTO t_calls (n) VALUES (10)")  # uncommitted: holds 10
+        calls = [(PUT, pg_calls.encode([n, "", None, [], [], None])) for n in (11, 10)]
+        with pytest.raises(pg_errors.LockNotAvailable):
+            await asyncio.wait_for(
+                pg_calls.call_all(conn, calls, first=pg_writer._GROUP_WAIT), timeout=10
+            )
+        await other.rollback()
+    cur = await conn.execute("SELECT count(*) FROM t_calls")
+    assert await cur.fetchone() == (0,)
