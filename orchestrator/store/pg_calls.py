@@ -88,24 +88,34 @@ async def _call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded
 
 
 async def call_all(
-    conn: psycopg.AsyncConnection[Any],
-    calls: Sequence[tuple[bytes, Encoded]],
-    *,
-    first: bytes = b"",
+    conn: psycopg.AsyncConnection[Any], calls: Sequence[tuple[bytes, Encoded]]
 ) -> list[bool]:
     """Call the prepared writes in one transaction and one round trip, and
     return their booleans in order: libpq's pipeline mode, with a single Sync
     after the last, so that the database runs them as one implicit transaction
-    and commits all of them or none. The first error is raised as `call` raises
-    it, and then nothing was written (unless the connection was lost while the
-    commit was under way: then the outcome is unknown, as for `call`).
-    `first`: a statement without parameters run before them, in the same
-    transaction (a `SET LOCAL`)."""
+    and commits all of them or none. An error, a call's or the commit's, is
+    raised as `call` raises it, and then nothing was written (unless the
+    connection was lost while the commit was under way: then the outcome is
+    unknown, as for `call`). Statements missing on the connection are prepared,
+    and the calls made again (the first try wrote nothing)."""
+    try:
+        return await _call_all(conn, calls)
+    except pg_errors.InvalidSqlStatementName:
+        names = sorted({name for name, _ in calls})
+        if not all(name in _PREPARE for name in names):
+            raise
+        for name in names:
+            with contextlib.suppress(pg_errors.DuplicatePreparedStatement):
+                await conn.execute(_PREPARE[name], prepare=False)
+        return await _call_all(conn, calls)
+
+
+async def _call_all(
+    conn: psycopg.AsyncConnection[Any], calls: Sequence[tuple[bytes, Encoded]]
+) -> list[bool]:
     pg = conn.pgconn
     loop = asyncio.get_running_loop()
     pg.enter_pipeline_mode()
-    if first:
-        pg.send_query_params(first, None)
     for name, params in calls:
         pg.send_query_prepared(name, params)
     pg.pipeline_sync()
@@ -115,26 +125,35 @@ async def call_all(
             if await _ready(loop, pg.socket, write=True):
                 pg.consume_input()
         sent = True
-        results = [await _results(loop, pg) for _ in range(len(calls) + bool(first))]
-        results.append(await _results(loop, pg))  # (the Sync's: PIPELINE_SYNC alone)
+        batches = await _through_sync(loop, pg)
     except asyncio.CancelledError:
         if sent:  # (as in `_call`: see the backend stop before the connection is dropped)
             with contextlib.suppress(Exception):
                 await conn.cancel_safe(timeout=_CANCEL_WAIT)
+                await asyncio.wait_for(_through_sync(loop, pg), _CANCEL_WAIT)
         raise
-    if results[-1][-1:] and results[-1][-1].status == pq.ExecStatus.PIPELINE_SYNC:
-        pg.exit_pipeline_mode()  # (else the connection is broken and will be closed)
-    if first:
-        _outcome(conn, results.pop(0), row=False)
-    outcomes = [_outcome(conn, r) for r in results[:-1] if _ran(r)]
-    if len(outcomes) != len(calls):
-        raise psycopg.OperationalError("a pipelined call was not run")
-    return outcomes
+    pg.exit_pipeline_mode()
+    # Any error, in a call or in the commit that comes after the last call's
+    # row (its own batch, before the Sync's), means that nothing was written.
+    for batch in batches:
+        for result in batch:
+            if result.status == pq.ExecStatus.FATAL_ERROR:
+                _outcome(conn, [result], row=False)  # (raises it)
+    return [_outcome(conn, batch) for batch in batches[: len(calls)]]
 
 
-def _ran(results: list[pq.abc.PGresult]) -> bool:
-    """Whether a call in a pipeline ran: the calls after a failed one are skipped."""
-    return not (results and results[0].status == pq.ExecStatus.PIPELINE_ABORTED)
+async def _through_sync(
+    loop: asyncio.AbstractEventLoop, pg: pq.abc.PGconn
+) -> list[list[pq.abc.PGresult]]:
+    """A pipeline's results, a batch per call, up to and with its Sync's."""
+    batches: list[list[pq.abc.PGresult]] = []
+    while True:
+        batch = await _results(loop, pg)
+        if not batch and pg.status == pq.ConnStatus.BAD:
+            raise psycopg.OperationalError(pg.get_error_message() or "connection lost")
+        batches.append(batch)
+        if batch and batch[-1].status == pq.ExecStatus.PIPELINE_SYNC:
+            return batches
 
 
 async def _results(loop: asyncio.AbstractEventLoop, pg: pq.abc.PGconn) -> list[pq.abc.PGresult]:

@@ -14,6 +14,7 @@ forgets its prepared statements) and handed out most-recently-used first.
 from __future__ import annotations
 
 import asyncio
+import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -50,16 +51,13 @@ _ALIVE = "SELECT 1 FROM pg_stat_activity WHERE pid = %s"
 _FENCE_WAIT = 5.0  # seconds to see a cut-off call's backend gone before giving up
 _STOPPING = "the server is stopping; the outcome of the write is unknown"
 _UNKNOWN = "database connection lost while committing; the outcome is unknown"
-# A group holds its runs' rows until it commits. Another transaction that locks
-# runs one by one (a signal between runs, a child and its parent) could come to
-# wait on one of them while holding a run the group waits on: the group gives up
-# its wait soon, and its writes go alone, which wait for one row each and so
-# cannot be part of such a cycle (PostgreSQL would find the cycle only after
-# `deadlock_timeout`, a second by default).
-_GROUP_WAIT = b"SET LOCAL lock_timeout = '100ms'"
 # Group commit: transactions of writes under way at once, and writes in one.
+# With three, writes seldom wait at 4 workflows in flight, where waiting for a
+# commit costs more than sharing it saves (`bench.hotpath`, 2026-11-27: two
+# committers lost throughput there; three kept it and grouped at 16 in flight).
 COMMITTERS = 3
 GROUP_SIZE = 32
+_FALLBACK = 4  # writes of a failed group done alone at once
 # Unique keys that mean "taken": an open run of the workflow id, a request id
 # used before. Any other unique violation is a bug, not a conflict.
 CONFLICT_KEYS = frozenset({"ux_runs_open_workflow", "pk_request_ids"})
@@ -67,6 +65,8 @@ CONFLICT_KEYS = frozenset({"ux_runs_open_workflow", "pk_request_ids"})
 # Worth another go: serialization failure, deadlock, and a failover's codes.
 _RETRY_STATES = {"40001", "40P01", "25006", "57P03"}
 _ATTEMPTS = 8
+# The backend was ended (an administrator, a crash): the call's outcome is unknown.
+_ENDED = frozenset({"57P01", "57P02"})
 
 
 class PgWriter:
@@ -79,11 +79,12 @@ class PgWriter:
         self._busy = 0  # committers under way (a write alone, or a group)
         self._queue: list[_Queued] = []
         self._groups: set[asyncio.Task[None]] = set()
+        self._all_done = asyncio.Event()  # no write under way or waiting
+        self._all_done.set()
 
     async def close(self) -> None:
         self._closed = True
-        while self._groups:  # (writes already queued are committed, not dropped)
-            await asyncio.gather(*self._groups, return_exceptions=True)
+        await self._all_done.wait()  # (writes under way or waiting are committed, not dropped)
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
@@ -165,6 +166,7 @@ class PgWriter:
         queued = _Queued(w, *_call_of(w, links))
         if self._busy < COMMITTERS:
             self._busy += 1
+            self._all_done.clear()
             try:
                 return await self._write_alone(queued)
             finally:
@@ -177,14 +179,18 @@ class PgWriter:
         """A committer is free: give it the queued writes, or let it go."""
         if not self._queue:
             self._busy -= 1
+            if not self._busy:
+                self._all_done.set()
             return
         group, self._queue = self._queue[:GROUP_SIZE], self._queue[GROUP_SIZE:]
         task = asyncio.ensure_future(self._write_group(group))
         self._groups.add(task)
-        task.add_done_callback(self._group_done)
+        task.add_done_callback(functools.partial(self._group_done, group))
 
-    def _group_done(self, task: asyncio.Task[None]) -> None:
+    def _group_done(self, group: list[_Queued], task: asyncio.Task[None]) -> None:
         self._groups.discard(task)
+        for queued in group:  # (a task cancelled before it ran settled nothing)
+            queued.settle(Unavailable(_STOPPING))
         self._next_group()
 
     async def _write_group(self, group: list[_Queued]) -> None:
@@ -210,8 +216,11 @@ class PgWriter:
             queued.settle(outcome)
 
     async def _try_group(self, group: list[_Queued]) -> list[bool | BaseException]:
-        # In run order, so that two groups that share runs take their locks in
-        # the same order (and cannot deadlock on each other).
+        # A group holds its runs' rows until it commits. In run order, two
+        # groups take them in the same order. A transaction that locks runs one
+        # by one (a signal between runs, a child and its parent) may still close
+        # a cycle with a group: PostgreSQL ends one of them after
+        # `deadlock_timeout` (40P01), and both are then done again.
         order = sorted(range(len(group)), key=lambda i: group[i].w.run_id)
         backend = 0
         try:
@@ -219,14 +228,20 @@ class PgWriter:
                 self._stats.statements += len(group)
                 backend = conn.info.backend_pid
                 written = await pg_calls.call_all(
-                    conn, [(group[i].statement, group[i].encoded) for i in order], first=_GROUP_WAIT
+                    conn, [(group[i].statement, group[i].encoded) for i in order]
                 )
                 self._stats.transactions += 1
         except psycopg.errors.DatabaseError as exc:
-            lost = backend if isinstance(exc, psycopg.OperationalError) else 0
+            lost = backend if _lost(exc) else 0
             if lost and not await self._fenced(lost):
                 return [Unavailable(_UNKNOWN) for _ in group]
-            tries = (self._write_alone(queued, after_loss=bool(lost)) for queued in group)
+            turns = asyncio.Semaphore(_FALLBACK)
+
+            async def alone(queued: _Queued) -> bool:
+                async with turns:
+                    return await self._write_alone(queued, after_loss=bool(lost))
+
+            tries = (alone(queued) for queued in group)
             return list(await asyncio.gather(*tries, return_exceptions=True))
         outcomes: list[bool | BaseException] = [False] * len(group)
         for i, ok in zip(order, written, strict=True):
@@ -257,8 +272,7 @@ class PgWriter:
             except pg_errors.DataError as exc:
                 raise _does_not_fit(exc) from exc
             except psycopg.errors.DatabaseError as exc:
-                lost = isinstance(exc, psycopg.OperationalError) and backend
-                if lost and await self._landed(w, events, backend):
+                if backend and _lost(exc) and await self._landed(w, events, backend):
                     return True
                 if attempt == _ATTEMPTS - 1 or not _retryable(exc):
                     raise Unavailable(f"database unavailable: {exc}") from exc
@@ -387,18 +401,29 @@ def _rest(w: RunWrite) -> tuple[str, list[bytes]]:
     return json.dumps(rows, separators=(",", ":")), [e.SerializeToString() for e in w.events]
 
 
+def _lost(exc: BaseException) -> bool:
+    """The connection was lost (or its backend ended), so that a call's outcome
+    is unknown. psycopg classes some errors the server answers with as
+    OperationalError too (serialization failure, deadlock, lock timeout): those
+    say that the call wrote nothing."""
+    if not isinstance(exc, psycopg.OperationalError):
+        return False
+    state = exc.sqlstate
+    return not state or state.startswith("08") or state in _ENDED
+
+
 def _refused_by_server(exc: BaseException) -> bool:
     """An error the server answered with (a SQLSTATE), not a lost connection."""
-    return (
-        isinstance(exc, psycopg.Error)
-        and not isinstance(exc, psycopg.OperationalError)
-        and bool(exc.sqlstate)
-    )
+    return isinstance(exc, psycopg.Error) and bool(exc.sqlstate) and not _lost(exc)
 
 
 def _idle(conn: psycopg.AsyncConnection[Any]) -> bool:
     pg = conn.pgconn
-    return pg.status == pq.ConnStatus.OK and pg.transaction_status == pq.TransactionStatus.IDLE
+    return (
+        pg.status == pq.ConnStatus.OK
+        and pg.transaction_status == pq.TransactionStatus.IDLE
+        and pg.pipeline_status == pq.PipelineStatus.OFF
+    )
 
 
 def _does_not_fit(exc: pg_errors.DataError) -> InvalidArgument:

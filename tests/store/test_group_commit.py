@@ -8,7 +8,7 @@ twice is a lost guarantee, not a slow one)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Awaitable, Sequence
 from typing import Any
 
 import grpc
@@ -18,11 +18,10 @@ import pytest
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from orchestrator.store import pg_calls, pg_writer
-from orchestrator.store.rows import DbStats
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.helpers import Driver, payload
+from tests.helpers import Driver, payload, wait_until
 
 RUNS = 12
 
@@ -41,28 +40,72 @@ async def stub(pg_server: Server) -> AsyncIterator[sg.WorkflowServiceStub]:
         yield sg.WorkflowServiceStub(channel)
 
 
-def _stats(node: Server) -> DbStats:
+def _writer(node: Server) -> pg_writer.PgWriter:
     assert node._store is not None
-    return node._store.stats
+    hot = node._store._hot
+    assert isinstance(hot, pg_writer.PgWriter)
+    return hot
 
 
-def _one_committer(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every write but the first waits, so that the waiting ones go as a group."""
-    monkeypatch.setattr(pg_writer, "COMMITTERS", 1)
+class Grouping:
+    """One committer, whose first write (alone) is held until the writes
+    after it have queued: so that those go as one group, every time."""
+
+    def __init__(self, hot: pg_writer.PgWriter, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.hot = hot
+        self.reached, self.gate = asyncio.Event(), asyncio.Event()
+        self.groups: list[int] = []
+        monkeypatch.setattr(pg_writer, "COMMITTERS", 1)
+        call, call_all = pg_calls.call, pg_calls.call_all
+
+        async def held(conn: psycopg.AsyncConnection[Any], name: bytes, params: Any) -> bool:
+            if not self.reached.is_set():
+                self.reached.set()
+                await self.gate.wait()
+            return await call(conn, name, params)
+
+        async def counted(
+            conn: psycopg.AsyncConnection[Any], calls: Sequence[tuple[bytes, pg_calls.Encoded]]
+        ) -> list[bool]:
+            self.groups.append(len(calls))
+            return await self.group(conn, calls, call_all)
+
+        monkeypatch.setattr(pg_calls, "call", held)
+        monkeypatch.setattr(pg_calls, "call_all", counted)
+
+    async def group(
+        self,
+        conn: psycopg.AsyncConnection[Any],
+        calls: Sequence[tuple[bytes, pg_calls.Encoded]],
+        real: Any,
+    ) -> list[bool]:
+        """What a group's call does: the real one (a test may make it fail)."""
+        result: list[bool] = await real(conn, calls)
+        return result
+
+    async def run(self, first: Awaitable[Any], rest: Sequence[Awaitable[Any]]) -> list[Any]:
+        """`first` (held), then `rest` as one group once all of them wait."""
+        held = asyncio.ensure_future(first)
+        await asyncio.wait_for(self.reached.wait(), 10)
+        others = [asyncio.ensure_future(other) for other in rest]
+        await wait_until(lambda: _now(len(self.hot._queue) == len(others)))
+        self.gate.set()
+        done = await asyncio.gather(held, *others, return_exceptions=True)
+        assert self.groups == [len(others)], self.groups
+        return done[1:]
 
 
-async def _signal_all(stub: sg.WorkflowServiceStub, runs: Sequence[Driver], name: str) -> None:
-    await asyncio.gather(
-        *(
-            stub.SignalWorkflow(
-                s.SignalWorkflowRequest(
-                    namespace="default",
-                    execution=c.WorkflowExecution(workflow_id=run.workflow_id),
-                    signal_name=name,
-                    input=payload(run.workflow_id),
-                )
-            )
-            for run in runs
+async def _now(value: bool) -> bool:
+    return value
+
+
+async def _signal(stub: sg.WorkflowServiceStub, run: Driver, name: str) -> None:
+    await stub.SignalWorkflow(
+        s.SignalWorkflowRequest(
+            namespace="default",
+            execution=c.WorkflowExecution(workflow_id=run.workflow_id),
+            signal_name=name,
+            input=payload(run.workflow_id),
         )
     )
 
@@ -82,44 +125,46 @@ async def _started(stub: sg.WorkflowServiceStub, count: int) -> list[Driver]:
 async def test_waiting_writes_commit_together_each_with_its_own_outcome(
     pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    _one_committer(monkeypatch)
-    stats = _stats(pg_server)
-    before = (stats.statements, stats.transactions)
+    """A group of starts that holds two of one workflow id: the group fails on
+    the second's unique key, and its writes are done again one by one, so that
+    exactly one of the two is refused and every other run is started."""
+    grouping = Grouping(_writer(pg_server), monkeypatch)
     runs = [Driver(stub) for _ in range(RUNS)]
     twin = Driver(stub)
-    twin.workflow_id = runs[0].workflow_id  # the same open workflow id: one must be refused
-    outcomes = await asyncio.gather(*(run.start() for run in [*runs, twin]), return_exceptions=True)
+    twin.workflow_id = runs[0].workflow_id
+    outcomes = await grouping.run(Driver(stub).start(), [run.start() for run in [*runs, twin]])
     refused = [o for o in outcomes if isinstance(o, grpc.aio.AioRpcError)]
     assert [o.code() for o in refused] == [grpc.StatusCode.ALREADY_EXISTS], outcomes
     assert all(isinstance(o, str) and o for o in outcomes if o not in refused)
-    statements, transactions = stats.statements - before[0], stats.transactions - before[1]
-    assert transactions < statements, "no writes were committed together"
 
-    await _signal_all(stub, runs[1:], "go")
-    for run in runs[1:]:
+
+async def test_a_group_commits_its_writes_together(
+    pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = await _started(stub, RUNS + 1)
+    grouping = Grouping(_writer(pg_server), monkeypatch)
+    outcomes = await grouping.run(
+        _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
+    )
+    assert outcomes == [None] * RUNS  # (and `run` saw them go as one group)
+    for run in runs:
         assert await _signals(run, "go") == 1
 
 
 async def test_a_group_that_fails_is_written_again_one_by_one(
     pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A database error in a group (here the one a failover gives) undoes the
+    """A database error in a group (here a serialization failure, which psycopg
+    classes as an OperationalError though the connection is fine) undoes the
     whole group; each write is then done alone, once."""
-    runs = await _started(stub, RUNS)
-    _one_committer(monkeypatch)
-    groups: list[int] = []
+    runs = await _started(stub, RUNS + 1)
+    grouping = Grouping(_writer(pg_server), monkeypatch)
 
-    async def failing(
-        conn: psycopg.AsyncConnection[Any],
-        calls: Sequence[tuple[bytes, pg_calls.Encoded]],
-        first: bytes = b"",
-    ) -> list[bool]:
-        groups.append(len(calls))
-        raise psycopg.errors.ReadOnlySqlTransaction("cannot execute in a read-only transaction")
+    async def failing(conn: Any, calls: Any, real: Any) -> list[bool]:
+        raise psycopg.errors.SerializationFailure("could not serialize access (test)")
 
-    monkeypatch.setattr(pg_calls, "call_all", failing)
-    await _signal_all(stub, runs, "go")
-    assert groups and max(groups) > 1
+    grouping.group = failing  # type: ignore[method-assign]
+    await grouping.run(_signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]])
     for run in runs:
         assert await _signals(run, "go") == 1
 
@@ -135,23 +180,36 @@ async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
     through and once before it was sent: each write must be found where it
     landed and done alone where it did not, so that each signal is in its
     run's history exactly once."""
-    runs = await _started(stub, RUNS)
-    _one_committer(monkeypatch)
-    real = pg_calls.call_all
-    groups: list[int] = []
+    runs = await _started(stub, RUNS + 1)
+    grouping = Grouping(_writer(pg_server), monkeypatch)
 
-    async def cut_off(
-        conn: psycopg.AsyncConnection[Any],
-        calls: Sequence[tuple[bytes, pg_calls.Encoded]],
-        first: bytes = b"",
-    ) -> list[bool]:
-        groups.append(len(calls))
+    async def cut_off(conn: Any, calls: Any, real: Any) -> list[bool]:
         if committed:
-            await real(conn, calls, first=first)
+            await real(conn, calls)
         raise psycopg.OperationalError("server closed the connection unexpectedly (test)")
 
-    monkeypatch.setattr(pg_calls, "call_all", cut_off)
-    await _signal_all(stub, runs, "go")
-    assert groups and max(groups) > 1
+    grouping.group = cut_off  # type: ignore[method-assign]
+    await grouping.run(_signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]])
+    for run in runs:
+        assert await _signals(run, "go") == 1
+
+
+async def test_close_commits_the_writes_still_waiting(
+    pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    runs = await _started(stub, RUNS + 1)
+    hot = _writer(pg_server)
+    grouping = Grouping(hot, monkeypatch)
+    held = asyncio.ensure_future(_signal(stub, runs[0], "go"))
+    await asyncio.wait_for(grouping.reached.wait(), 10)
+    others = [asyncio.ensure_future(_signal(stub, run, "go")) for run in runs[1:]]
+    await wait_until(lambda: _now(len(hot._queue) == RUNS))
+    closing = asyncio.ensure_future(hot.close())
+    await asyncio.sleep(0.2)
+    assert not closing.done(), "close() returned with writes still waiting"
+    grouping.gate.set()
+    await asyncio.gather(held, *others)
+    await asyncio.wait_for(closing, 10)
+    assert grouping.groups == [RUNS]
     for run in runs:
         assert await _signals(run, "go") == 1

@@ -17,7 +17,7 @@ from psycopg import errors as pg_errors
 from psycopg import pq
 
 from orchestrator.engine.errors import Unavailable
-from orchestrator.store import dialect, pg_calls, pg_writer
+from orchestrator.store import dialect, pg_calls
 from orchestrator.store.pg_writer import PgWriter
 from orchestrator.store.rows import DbStats
 from tests.pg_proxy import holding_proxy
@@ -278,19 +278,28 @@ async def test_a_lost_connection_in_a_pipeline_is_an_operational_error(
         await pg_calls.call_all(conn, [(PUT, pg_calls.encode([1, "", None, [], [], None]))] * 2)
 
 
-async def test_a_group_gives_up_waiting_for_a_row_lock(
-    conn: psycopg.AsyncConnection[Any], postgres_url: str
+async def test_a_commit_that_fails_after_the_rows_fails_the_pipeline(
+    conn: psycopg.AsyncConnection[Any],
 ) -> None:
-    """The writer's groups wait at most a moment for a row another transaction
-    holds (so that they cannot deadlock with it for a second): the group fails
-    with LockNotAvailable, and writes nothing."""
-    async with await psycopg.AsyncConnection.connect(postgres_url) as other:
-        await other.execute("INSERT INTO t_calls (n) VALUES (10)")  # uncommitted: holds 10
-        calls = [(PUT, pg_calls.encode([n, "", None, [], [], None])) for n in (11, 10)]
-        with pytest.raises(pg_errors.LockNotAvailable):
-            await asyncio.wait_for(
-                pg_calls.call_all(conn, calls, first=pg_writer._GROUP_WAIT), timeout=10
-            )
-        await other.rollback()
+    """In a pipeline the commit comes after every call's row, and its error in a
+    batch of its own: the calls must not be reported written."""
+    await conn.execute(
+        "ALTER TABLE t_calls ADD CONSTRAINT t_calls_s_once UNIQUE (s) DEFERRABLE INITIALLY DEFERRED"
+    )
+    calls = [(PUT, pg_calls.encode([n, "once", None, [], [], None])) for n in (1, 2)]
+    with pytest.raises(pg_errors.UniqueViolation) as twice:
+        await pg_calls.call_all(conn, calls)
+    assert twice.value.diag.constraint_name == "t_calls_s_once"
+    assert conn.pgconn.pipeline_status == pq.PipelineStatus.OFF
     cur = await conn.execute("SELECT count(*) FROM t_calls")
     assert await cur.fetchone() == (0,)
+
+
+async def test_weft_calls_in_a_pipeline_are_prepared_when_missing(postgres_url: str) -> None:
+    async with await psycopg.AsyncConnection.connect(
+        postgres_url, autocommit=True, prepare_threshold=0, client_encoding="utf8"
+    ) as conn:
+        params = pg_calls.encode(["no-such-run", 1, "open", None, 1, "{}", "{}", []])
+        assert await pg_calls.call_all(conn, [(pg_calls.APPLY, params)] * 2) == [False, False]
+        conn.pgconn.exec_(b"DEALLOCATE ALL")
+        assert await pg_calls.call_all(conn, [(pg_calls.APPLY, params)] * 2) == [False, False]
