@@ -139,7 +139,14 @@ async def _call_all(
         for result in batch:
             if result.status == pq.ExecStatus.FATAL_ERROR:
                 _outcome(conn, [result], row=False)  # (raises it)
-    return [_outcome(conn, batch) for batch in batches[: len(calls)]]
+    # Without an error, the group may have committed: anything unexpected is
+    # an unknown outcome (as a lost connection is), not a refusal.
+    try:
+        if len(batches) != len(calls) + 1:
+            raise pg_errors.InternalError("the pipeline's results do not match its calls")
+        return [_outcome(conn, batch) for batch in batches[:-1]]
+    except pg_errors.InternalError as exc:
+        raise psycopg.OperationalError(f"the outcome of the calls is unknown: {exc}") from exc
 
 
 async def _through_sync(
@@ -149,7 +156,7 @@ async def _through_sync(
     batches: list[list[pq.abc.PGresult]] = []
     while True:
         batch = await _results(loop, pg)
-        if not batch and pg.status == pq.ConnStatus.BAD:
+        if not batch:  # (every call and the Sync give a result: the connection failed)
             raise psycopg.OperationalError(pg.get_error_message() or "connection lost")
         batches.append(batch)
         if batch and batch[-1].status == pq.ExecStatus.PIPELINE_SYNC:

@@ -18,6 +18,7 @@ import functools
 import json
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from dataclasses import replace
 from datetime import UTC
 from typing import Any
 
@@ -29,6 +30,7 @@ from psycopg import pq
 from orchestrator.engine.errors import InvalidArgument, Unavailable
 
 from . import pg_calls
+from .notices import read_tasks_added, tasks_added
 from .rows import DbStats, naive
 from .writes import Candidate, Conflict, RunWrite
 
@@ -58,6 +60,7 @@ _UNKNOWN = "database connection lost while committing; the outcome is unknown"
 COMMITTERS = 3
 GROUP_SIZE = 32
 _FALLBACK = 4  # writes of a failed group done alone at once
+_CLOSE_WAIT = 15.0  # seconds close() waits for the writes under way
 # Unique keys that mean "taken": an open run of the workflow id, a request id
 # used before. Any other unique violation is a bug, not a conflict.
 CONFLICT_KEYS = frozenset({"ux_runs_open_workflow", "pk_request_ids"})
@@ -84,7 +87,13 @@ class PgWriter:
 
     async def close(self) -> None:
         self._closed = True
-        await self._all_done.wait()  # (writes under way or waiting are committed, not dropped)
+        # Writes under way or waiting are committed, not dropped; unless the
+        # database does not answer: then the groups are given up (Unavailable).
+        try:
+            await asyncio.wait_for(self._all_done.wait(), _CLOSE_WAIT)
+        except TimeoutError:
+            for task in list(self._groups):
+                task.cancel()
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
@@ -163,7 +172,7 @@ class PgWriter:
         and the database spend per round trip and per commit is then shared.
         A write that finds a committer free goes alone, at once, as before.
         """
-        queued = _Queued(w, *_call_of(w, links))
+        queued = _Queued(w, links, *_call_of(w, links))
         if self._busy < COMMITTERS:
             self._busy += 1
             self._all_done.clear()
@@ -217,19 +226,19 @@ class PgWriter:
 
     async def _try_group(self, group: list[_Queued]) -> list[bool | BaseException]:
         # A group holds its runs' rows until it commits. In run order, two
-        # groups take them in the same order. A transaction that locks runs one
-        # by one (a signal between runs, a child and its parent) may still close
-        # a cycle with a group: PostgreSQL ends one of them after
-        # `deadlock_timeout` (40P01), and both are then done again.
+        # groups take them in the same order. A cycle may still close with a
+        # transaction that locks runs one by one (a signal between runs, a child
+        # and its parent), or between groups of starts waiting on each other's
+        # unique keys: PostgreSQL ends one side after `deadlock_timeout` (40P01),
+        # and that side is done again.
         order = sorted(range(len(group)), key=lambda i: group[i].w.run_id)
+        calls = _with_notices_summed([group[i] for i in order])
         backend = 0
         try:
             async with self._conn() as conn:
                 self._stats.statements += len(group)
                 backend = conn.info.backend_pid
-                written = await pg_calls.call_all(
-                    conn, [(group[i].statement, group[i].encoded) for i in order]
-                )
+                written = await pg_calls.call_all(conn, calls)
                 self._stats.transactions += 1
         except psycopg.errors.DatabaseError as exc:
             lost = backend if _lost(exc) else 0
@@ -323,12 +332,18 @@ class _Queued:
     """One write on its way: its prepared call, and (while it waits for a
     committer) the future its outcome is settled on."""
 
-    __slots__ = ("encoded", "events", "outcome", "statement", "w")
+    __slots__ = ("encoded", "events", "links", "outcome", "statement", "w")
 
     def __init__(
-        self, w: RunWrite, statement: bytes, encoded: pg_calls.Encoded, events: list[bytes]
+        self,
+        w: RunWrite,
+        links: tuple[str, str, str],
+        statement: bytes,
+        encoded: pg_calls.Encoded,
+        events: list[bytes],
     ) -> None:
-        self.w, self.statement, self.encoded, self.events = w, statement, encoded, events
+        self.w, self.links, self.statement, self.encoded = w, links, statement, encoded
+        self.events = events
         self.outcome: asyncio.Future[bool] | None = None
 
     def settle(self, outcome: bool | BaseException) -> None:
@@ -339,6 +354,38 @@ class _Queued:
             future.set_exception(outcome)
         else:
             future.set_result(outcome)
+
+
+def _with_notices_summed(group: list[_Queued]) -> list[tuple[bytes, pg_calls.Encoded]]:
+    """The group's calls, where writes that add tasks to the same list tell the
+    other nodes once, of all of them. PostgreSQL delivers a payload sent twice
+    in one transaction once: two writes that each add a task to one list would
+    wake one poller elsewhere. So the first write to name a list names the sum,
+    and the others leave it out (re-encoded; alone, each keeps its own)."""
+    totals: dict[str, int] = {}
+    for queued in group:
+        for payload in queued.w.notify:
+            node, added, key = read_tasks_added(payload)
+            name = tasks_added(node, key, 0)
+            totals[name] = totals.get(name, 0) + added
+    if sum(len(q.w.notify) for q in group) == len(totals):
+        return [(q.statement, q.encoded) for q in group]  # no list named twice
+    calls: list[tuple[bytes, pg_calls.Encoded]] = []
+    told: set[str] = set()
+    for queued in group:
+        if not queued.w.notify:
+            calls.append((queued.statement, queued.encoded))
+            continue
+        notify = []
+        for payload in queued.w.notify:
+            node, _, key = read_tasks_added(payload)
+            name = tasks_added(node, key, 0)
+            if name not in told:
+                told.add(name)
+                notify.append(tasks_added(node, key, totals[name]))
+        statement, encoded, _ = _call_of(replace(queued.w, notify=notify), queued.links)
+        calls.append((statement, encoded))
+    return calls
 
 
 def _call_of(

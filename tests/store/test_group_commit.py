@@ -18,6 +18,7 @@ import pytest
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from orchestrator.store import pg_calls, pg_writer
+from orchestrator.store.notices import read_tasks_added
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
@@ -164,7 +165,15 @@ async def test_a_group_that_fails_is_written_again_one_by_one(
         raise psycopg.errors.SerializationFailure("could not serialize access (test)")
 
     grouping.group = failing  # type: ignore[method-assign]
+    fenced: list[int] = []
+
+    async def fence(backend: int) -> bool:
+        fenced.append(backend)
+        return True
+
+    grouping.hot._fenced = fence  # type: ignore[method-assign]
     await grouping.run(_signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]])
+    assert fenced == [], "a refusal was taken for a lost connection"
     for run in runs:
         assert await _signals(run, "go") == 1
 
@@ -197,19 +206,59 @@ async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
 async def test_close_commits_the_writes_still_waiting(
     pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
+    """close() returns only once every write waiting or under way, the held one
+    and then the group, has been committed."""
     runs = await _started(stub, RUNS + 1)
     hot = _writer(pg_server)
     grouping = Grouping(hot, monkeypatch)
+    group_sent, group_gate = asyncio.Event(), asyncio.Event()
+
+    async def held_group(conn: Any, calls: Any, real: Any) -> list[bool]:
+        group_sent.set()
+        await group_gate.wait()
+        result: list[bool] = await real(conn, calls)
+        return result
+
+    grouping.group = held_group  # type: ignore[method-assign]
     held = asyncio.ensure_future(_signal(stub, runs[0], "go"))
     await asyncio.wait_for(grouping.reached.wait(), 10)
     others = [asyncio.ensure_future(_signal(stub, run, "go")) for run in runs[1:]]
     await wait_until(lambda: _now(len(hot._queue) == RUNS))
     closing = asyncio.ensure_future(hot.close())
-    await asyncio.sleep(0.2)
-    assert not closing.done(), "close() returned with writes still waiting"
     grouping.gate.set()
+    await asyncio.wait_for(group_sent.wait(), 10)  # the held write is done, the group under way
+    await asyncio.sleep(0.2)
+    assert not closing.done(), "close() returned with a group under way"
+    group_gate.set()
     await asyncio.gather(held, *others)
     await asyncio.wait_for(closing, 10)
     assert grouping.groups == [RUNS]
     for run in runs:
         assert await _signals(run, "go") == 1
+
+
+async def test_a_group_tells_other_nodes_of_every_task_it_adds(
+    pg_server: Server,
+    stub: sg.WorkflowServiceStub,
+    monkeypatch: pytest.MonkeyPatch,
+    postgres_url: str,
+) -> None:
+    """Starts on one task list, with no poller on this node: each adds a task
+    row, which other nodes hear of by NOTIFY. PostgreSQL delivers a payload sent
+    twice in one transaction once, so a group must send the sum itself: the
+    counts other nodes hear add up to the tasks added."""
+    runs = [Driver(stub) for _ in range(RUNS + 1)]
+    for run in runs:
+        run.task_list = runs[0].task_list
+    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as listener:
+        await listener.execute("LISTEN weft_tasks")
+        grouping = Grouping(_writer(pg_server), monkeypatch)
+        await grouping.run(runs[0].start(), [run.start() for run in runs[1:]])
+        heard = 0
+        async for notice in listener.notifies(timeout=5.0):
+            _, added, key = read_tasks_added(notice.payload)
+            if key.task_list == runs[0].task_list:
+                heard += added
+            if heard >= len(runs):
+                break
+    assert heard == len(runs)

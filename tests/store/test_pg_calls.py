@@ -273,7 +273,7 @@ async def test_a_lost_connection_in_a_pipeline_is_an_operational_error(
     conn: psycopg.AsyncConnection[Any], postgres_url: str
 ) -> None:
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
-        await other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        await other.execute("SELECT pg_terminate_backend(%s, 5000)", (conn.info.backend_pid,))
     with pytest.raises(psycopg.OperationalError):
         await pg_calls.call_all(conn, [(PUT, pg_calls.encode([1, "", None, [], [], None]))] * 2)
 
@@ -303,3 +303,12 @@ async def test_weft_calls_in_a_pipeline_are_prepared_when_missing(postgres_url: 
         assert await pg_calls.call_all(conn, [(pg_calls.APPLY, params)] * 2) == [False, False]
         conn.pgconn.exec_(b"DEALLOCATE ALL")
         assert await pg_calls.call_all(conn, [(pg_calls.APPLY, params)] * 2) == [False, False]
+
+
+async def test_a_pipeline_s_booleans_come_back_in_the_calls_order(
+    conn: psycopg.AsyncConnection[Any],
+) -> None:
+    await conn.execute("PREPARE t_positive (bigint) AS SELECT $1 > 0")
+    values = [3, -1, 5, 0, -2, 8]
+    calls = [(b"t_positive", pg_calls.encode([v])) for v in values]
+    assert await pg_calls.call_all(conn, calls) == [v > 0 for v in values]
