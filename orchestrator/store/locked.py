@@ -295,9 +295,9 @@ class LockedWrites(StoreBase):
         # Transactional: delivered on commit only, so a poller woken on
         # another node always finds the row.
         for key, n in counts.items():
-            await dialect.notify(
-                conn, self.is_pg, NOTIFY_CHANNEL, tasks_added(self.node_id, key, n)
-            )
+            payload = tasks_added(self.node_id, key, n, nth=c.notices[key])
+            c.notices[key] += 1  # (another run's tasks on this list in this transaction)
+            await dialect.notify(conn, self.is_pg, NOTIFY_CHANNEL, payload)
 
     async def _sync_deadlines(
         self,

@@ -30,10 +30,15 @@ WORKER = "worker"
 """A worker session ended (subject: its id): its polls are refused from then on."""
 
 
-def tasks_added(node: str, key: TaskListKey, added: int) -> str:
+def tasks_added(node: str, key: TaskListKey, added: int, nth: int = 0) -> str:
     """The NOTIFY payload: the sending node, so that it can skip its own (its
-    pollers were woken at commit already), and how many pollers to wake."""
-    return f"{node}|{added}|{key.kind}|{key.namespace}|{key.task_list}"
+    pollers were woken at commit already), and how many pollers to wake.
+
+    PostgreSQL delivers a payload sent twice in one transaction once, so the
+    `nth` (from 0) notice of the same list in one transaction carries `nth`
+    leading zeros on its count, which reads the same: two runs that add a task
+    each to one list, written together, wake two pollers elsewhere."""
+    return f"{node}|{'0' * nth}{added}|{key.kind}|{key.namespace}|{key.task_list}"
 
 
 def read_tasks_added(payload: str) -> tuple[str, int, TaskListKey]:

@@ -16,6 +16,7 @@ from __future__ import annotations
 import asyncio
 import functools
 import json
+from collections import Counter
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import replace
@@ -92,8 +93,14 @@ class PgWriter:
         try:
             await asyncio.wait_for(self._all_done.wait(), _CLOSE_WAIT)
         except TimeoutError:
-            for task in list(self._groups):
-                task.cancel()
+            waiting, self._queue = self._queue, []
+            for queued in waiting:
+                queued.settle(Unavailable(_STOPPING))
+            groups = list(self._groups)
+            for task in groups:
+                task.cancel()  # (each settles its writes: Unavailable)
+            if groups:
+                await asyncio.wait(groups, timeout=_CLOSE_WAIT)
         idle, self._idle = self._idle, []
         for conn in idle:
             await conn.close()
@@ -232,7 +239,7 @@ class PgWriter:
         # unique keys: PostgreSQL ends one side after `deadlock_timeout` (40P01),
         # and that side is done again.
         order = sorted(range(len(group)), key=lambda i: group[i].w.run_id)
-        calls = _with_notices_summed([group[i] for i in order])
+        calls = _with_notices_distinct([group[i] for i in order])
         backend = 0
         try:
             async with self._conn() as conn:
@@ -356,35 +363,28 @@ class _Queued:
             future.set_result(outcome)
 
 
-def _with_notices_summed(group: list[_Queued]) -> list[tuple[bytes, pg_calls.Encoded]]:
-    """The group's calls, where writes that add tasks to the same list tell the
-    other nodes once, of all of them. PostgreSQL delivers a payload sent twice
-    in one transaction once: two writes that each add a task to one list would
-    wake one poller elsewhere. So the first write to name a list names the sum,
-    and the others leave it out (re-encoded; alone, each keeps its own)."""
-    totals: dict[str, int] = {}
-    for queued in group:
-        for payload in queued.w.notify:
-            node, added, key = read_tasks_added(payload)
-            name = tasks_added(node, key, 0)
-            totals[name] = totals.get(name, 0) + added
-    if sum(len(q.w.notify) for q in group) == len(totals):
-        return [(q.statement, q.encoded) for q in group]  # no list named twice
+def _with_notices_distinct(group: list[_Queued]) -> list[tuple[bytes, pg_calls.Encoded]]:
+    """The group's calls, each write's notices of tasks added made distinct from
+    those of the writes before it that name the same list (`tasks_added`'s
+    `nth`): in one transaction PostgreSQL would deliver them once. Each write
+    keeps its own notice, sent only if that write is applied. Writes whose
+    notices change are encoded again; alone, each keeps its own encoding."""
+    sent: Counter[str] = Counter()
     calls: list[tuple[bytes, pg_calls.Encoded]] = []
-    told: set[str] = set()
     for queued in group:
-        if not queued.w.notify:
-            calls.append((queued.statement, queued.encoded))
-            continue
         notify = []
         for payload in queued.w.notify:
-            node, _, key = read_tasks_added(payload)
-            name = tasks_added(node, key, 0)
-            if name not in told:
-                told.add(name)
-                notify.append(tasks_added(node, key, totals[name]))
-        statement, encoded, _ = _call_of(replace(queued.w, notify=notify), queued.links)
-        calls.append((statement, encoded))
+            nth = sent[payload]
+            sent[payload] += 1
+            if nth:
+                node, added, key = read_tasks_added(payload)
+                payload = tasks_added(node, key, added, nth=nth)
+            notify.append(payload)
+        if notify == queued.w.notify:
+            calls.append((queued.statement, queued.encoded))
+        else:
+            statement, encoded, _ = _call_of(replace(queued.w, notify=notify), queued.links)
+            calls.append((statement, encoded))
     return calls
 
 

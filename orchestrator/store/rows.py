@@ -48,6 +48,7 @@ class Committed:
     """What a commit changed that waiting pollers, followers and the timer scanner care about."""
 
     task_lists: Counter[TaskListKey] = field(default_factory=Counter)  # tasks added per list
+    notices: Counter[TaskListKey] = field(default_factory=Counter)  # sent per list (notices.py)
     runs_with_events: set[str] = field(default_factory=set)
     events: int = 0
     earliest_deadline: float | None = None

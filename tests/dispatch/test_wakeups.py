@@ -124,6 +124,14 @@ def test_notify_payload_round_trips_a_task_list_name_with_the_separator() -> Non
     assert read_tasks_added(tasks_added("node1", key, 3)) == ("node1", 3, key)
 
 
+def test_the_same_notice_again_in_a_transaction_differs_and_reads_the_same() -> None:
+    """PostgreSQL delivers a payload sent twice in one transaction once."""
+    key = TaskListKey("default", "activity", "orders")
+    copies = [tasks_added("node1", key, 1, nth=n) for n in range(3)]
+    assert len(set(copies)) == 3
+    assert {read_tasks_added(p) for p in copies} == {("node1", 1, key)}
+
+
 @pytest.mark.parametrize("payload", ["decision|default|orders", "node|many|decision|default|x"])
 def test_a_payload_of_another_format_is_refused(payload: str) -> None:
     with pytest.raises(ValueError):
