@@ -74,8 +74,11 @@ _ENDED = frozenset({"57P01", "57P02"})
 
 
 class PgWriter:
-    def __init__(self, conninfo: str, stats: DbStats, size: int = POOL_SIZE) -> None:
+    def __init__(
+        self, conninfo: str, stats: DbStats, size: int = POOL_SIZE, *, grouping: bool = True
+    ) -> None:
         self._conninfo = conninfo
+        self._grouping = grouping
         self._stats = stats
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._slots = asyncio.Semaphore(size)
@@ -178,9 +181,10 @@ class PgWriter:
         transaction in one round trip (`pg_calls.call_all`): what the server
         and the database spend per round trip and per commit is then shared.
         A write that finds a committer free goes alone, at once, as before.
+        Without `grouping`, every write goes alone.
         """
         queued = _Queued(w, links, *_call_of(w, links))
-        if self._busy < COMMITTERS:
+        if self._busy < COMMITTERS or not self._grouping:
             self._busy += 1
             self._all_done.clear()
             try:

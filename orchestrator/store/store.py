@@ -98,6 +98,8 @@ class Store(LockedWrites, UpkeepWrites):
         url: str,
         on_commit: Callable[[Committed], None] = lambda c: None,
         offer: Offer | None = None,
+        *,
+        group_commit: bool = True,
     ) -> Store:
         dialect.async_url(url)  # refuse an unsupported URL before touching anything
         sqlite_path = dialect.sqlite_path(url)
@@ -110,7 +112,7 @@ class Store(LockedWrites, UpkeepWrites):
         store.diagnostics = Diagnostics(store)
         store.schedules = Schedules(store)
         if store.is_pg:
-            store._hot = PgWriter(dialect.libpq_url(url), store.stats)
+            store._hot = PgWriter(dialect.libpq_url(url), store.stats, grouping=group_commit)
         else:
             assert sqlite_path is not None
             store._hot = SqliteWriter(store, sqlite_path)

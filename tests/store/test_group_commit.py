@@ -262,3 +262,29 @@ async def test_a_group_tells_other_nodes_of_every_task_it_adds(
             if heard >= len(runs):
                 break
     assert heard == len(runs)
+
+
+async def test_a_node_of_several_processes_writes_alone(postgres_url: str) -> None:
+    """`--workers N` (N > 1): each write goes alone (groups made more tasks go
+    from process to process through the database)."""
+    config = ServerConfig(db_url=postgres_url, listen="127.0.0.1:0", port_processes=2)
+    node = Server(config)
+    await node.start()
+    try:
+        hot = _writer(node)
+        assert not hot._grouping
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+            stub = sg.WorkflowServiceStub(channel)
+            monkeypatch = pytest.MonkeyPatch()
+            try:
+                grouping = Grouping(hot, monkeypatch)
+                first = asyncio.ensure_future(Driver(stub).start())
+                await asyncio.wait_for(grouping.reached.wait(), 10)
+                rest = await asyncio.gather(*(Driver(stub).start() for _ in range(RUNS)))
+                assert all(rest) and not hot._queue and grouping.groups == []
+                grouping.gate.set()
+                assert await first
+            finally:
+                monkeypatch.undo()
+    finally:
+        await node.stop(grace=0.5)
