@@ -8,7 +8,7 @@ twice is a lost guarantee, not a slow one)."""
 from __future__ import annotations
 
 import asyncio
-from collections.abc import AsyncIterator, Awaitable, Sequence
+from collections.abc import Awaitable, Sequence
 from typing import Any
 
 import grpc
@@ -28,17 +28,10 @@ RUNS = 12
 
 
 @pytest.fixture
-async def pg_server(postgres_url: str) -> AsyncIterator[Server]:
-    node = Server(ServerConfig(db_url=postgres_url, listen="127.0.0.1:0", long_poll=3.0))
-    await node.start()
-    yield node
-    await node.stop(grace=0.5)
-
-
-@pytest.fixture
-async def stub(pg_server: Server) -> AsyncIterator[sg.WorkflowServiceStub]:
-    async with grpc.aio.insecure_channel(f"127.0.0.1:{pg_server.port}") as channel:
-        yield sg.WorkflowServiceStub(channel)
+def db_url(postgres_url: str) -> str:
+    """PostgreSQL only (conftest's `server` and `stub` run on it): SQLite has one
+    writer, and no groups."""
+    return postgres_url
 
 
 def _writer(node: Server) -> pg_writer.PgWriter:
@@ -124,12 +117,12 @@ async def _started(stub: sg.WorkflowServiceStub, count: int) -> list[Driver]:
 
 
 async def test_waiting_writes_commit_together_each_with_its_own_outcome(
-    pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A group of starts that holds two of one workflow id: the group fails on
     the second's unique key, and its writes are done again one by one, so that
     exactly one of the two is refused and every other run is started."""
-    grouping = Grouping(_writer(pg_server), monkeypatch)
+    grouping = Grouping(_writer(server), monkeypatch)
     runs = [Driver(stub) for _ in range(RUNS)]
     twin = Driver(stub)
     twin.workflow_id = runs[0].workflow_id
@@ -140,10 +133,10 @@ async def test_waiting_writes_commit_together_each_with_its_own_outcome(
 
 
 async def test_a_group_commits_its_writes_together(
-    pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     runs = await _started(stub, RUNS + 1)
-    grouping = Grouping(_writer(pg_server), monkeypatch)
+    grouping = Grouping(_writer(server), monkeypatch)
     outcomes = await grouping.run(
         _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
     )
@@ -153,13 +146,13 @@ async def test_a_group_commits_its_writes_together(
 
 
 async def test_a_group_that_fails_is_written_again_one_by_one(
-    pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """A database error in a group (here a serialization failure, which psycopg
     classes as an OperationalError though the connection is fine) undoes the
     whole group; each write is then done alone, once."""
     runs = await _started(stub, RUNS + 1)
-    grouping = Grouping(_writer(pg_server), monkeypatch)
+    grouping = Grouping(_writer(server), monkeypatch)
 
     async def failing(conn: Any, calls: Any, real: Any) -> list[bool]:
         raise psycopg.errors.SerializationFailure("could not serialize access (test)")
@@ -180,7 +173,7 @@ async def test_a_group_that_fails_is_written_again_one_by_one(
 
 @pytest.mark.parametrize("committed", [True, False], ids=["after-commit", "before-commit"])
 async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
-    pg_server: Server,
+    server: Server,
     stub: sg.WorkflowServiceStub,
     monkeypatch: pytest.MonkeyPatch,
     committed: bool,
@@ -190,7 +183,7 @@ async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
     landed and done alone where it did not, so that each signal is in its
     run's history exactly once."""
     runs = await _started(stub, RUNS + 1)
-    grouping = Grouping(_writer(pg_server), monkeypatch)
+    grouping = Grouping(_writer(server), monkeypatch)
 
     async def cut_off(conn: Any, calls: Any, real: Any) -> list[bool]:
         if committed:
@@ -204,12 +197,12 @@ async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
 
 
 async def test_close_commits_the_writes_still_waiting(
-    pg_server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """close() returns only once every write waiting or under way, the held one
     and then the group, has been committed."""
     runs = await _started(stub, RUNS + 1)
-    hot = _writer(pg_server)
+    hot = _writer(server)
     grouping = Grouping(hot, monkeypatch)
     group_sent, group_gate = asyncio.Event(), asyncio.Event()
 
@@ -238,7 +231,7 @@ async def test_close_commits_the_writes_still_waiting(
 
 
 async def test_a_group_tells_other_nodes_of_every_task_it_adds(
-    pg_server: Server,
+    server: Server,
     stub: sg.WorkflowServiceStub,
     monkeypatch: pytest.MonkeyPatch,
     postgres_url: str,
@@ -252,7 +245,7 @@ async def test_a_group_tells_other_nodes_of_every_task_it_adds(
         run.task_list = runs[0].task_list
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as listener:
         await listener.execute("LISTEN weft_tasks")
-        grouping = Grouping(_writer(pg_server), monkeypatch)
+        grouping = Grouping(_writer(server), monkeypatch)
         await grouping.run(runs[0].start(), [run.start() for run in runs[1:]])
         heard = 0
         async for notice in listener.notifies(timeout=5.0):
