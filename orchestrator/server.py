@@ -104,7 +104,7 @@ class Server:
         # machine, groups made more tasks go from process to process through
         # the database (bench.hotpath --server-workers 2, 2026-11-27: 340 to 370
         # activities a second against 385 to 460, and 7 statements per activity
-        # against 3).
+        # against 3 to 5).
         store = self._store = await Store.open(
             self.config.db_url, self._committed, group_commit=self.config.port_processes == 1
         )

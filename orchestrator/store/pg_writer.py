@@ -57,7 +57,8 @@ _UNKNOWN = "database connection lost while committing; the outcome is unknown"
 # Group commit: transactions of writes under way at once, and writes in one.
 # With three, writes seldom wait at 4 workflows in flight, where waiting for a
 # commit costs more than sharing it saves (`bench.hotpath`, 2026-11-27: two
-# committers lost throughput there; three kept it and grouped at 16 in flight).
+# committers lost throughput there; three about kept it, noisily, and grouped at
+# 16 in flight).
 COMMITTERS = 3
 GROUP_SIZE = 32
 _FALLBACK = 4  # writes of a failed group done alone at once
@@ -97,8 +98,8 @@ class PgWriter:
             await asyncio.wait_for(self._all_done.wait(), _CLOSE_WAIT)
         except TimeoutError:
             waiting, self._queue = self._queue, []
-            for queued in waiting:
-                queued.settle(Unavailable(_STOPPING))
+            for queued in waiting:  # (never sent: not written)
+                queued.settle(Unavailable("the server is stopping; the write was not made"))
             groups = list(self._groups)
             for task in groups:
                 task.cancel()  # (each settles its writes: Unavailable)

@@ -8,8 +8,9 @@ claim, a start):
     run row, its events and its task and deadline rows, on condition that the
     row is still at the version read -> tell the dispatcher
 
-On PostgreSQL that write is one call of a server-side function (one round trip,
-one transaction); a version that moved means another node wrote first, and the
+On PostgreSQL that write is one call of a server-side function (one round trip;
+under load several runs' calls share one, in one transaction: group commit in
+`pg_writer.py`); a version that moved means another node wrote first, and the
 command is applied again to the fresh state. A transition that reaches other
 runs (locks, signals between runs, children, a parent) is applied again under
 row locks instead (`locked.py`). Only this package imports SQLAlchemy; database

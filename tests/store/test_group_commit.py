@@ -238,8 +238,8 @@ async def test_a_group_tells_other_nodes_of_every_task_it_adds(
 ) -> None:
     """Starts on one task list, with no poller on this node: each adds a task
     row, which other nodes hear of by NOTIFY. PostgreSQL delivers a payload sent
-    twice in one transaction once, so a group must send the sum itself: the
-    counts other nodes hear add up to the tasks added."""
+    twice in one transaction once, so the writes of a group must send distinct
+    ones: the counts other nodes hear add up to the tasks added."""
     runs = [Driver(stub) for _ in range(RUNS + 1)]
     for run in runs:
         run.task_list = runs[0].task_list
@@ -273,7 +273,8 @@ async def test_a_node_of_several_processes_writes_alone(postgres_url: str) -> No
                 grouping = Grouping(hot, monkeypatch)
                 first = asyncio.ensure_future(Driver(stub).start())
                 await asyncio.wait_for(grouping.reached.wait(), 10)
-                rest = await asyncio.gather(*(Driver(stub).start() for _ in range(RUNS)))
+                starts = asyncio.gather(*(Driver(stub).start() for _ in range(RUNS)))
+                rest = await asyncio.wait_for(starts, 10)  # (grouped, they would wait)
                 assert all(rest) and not hot._queue and grouping.groups == []
                 grouping.gate.set()
                 assert await first
