@@ -18,9 +18,9 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
-from typing import Any
+from typing import Any, TypeVar
 
 import psycopg
 from psycopg import errors as pg_errors
@@ -38,6 +38,7 @@ _PREPARE = {
 _CANCEL_WAIT = 5.0  # seconds for a cancelled call's backend to stop
 _COPY = frozenset({pq.ExecStatus.COPY_IN, pq.ExecStatus.COPY_OUT, pq.ExecStatus.COPY_BOTH})
 
+T = TypeVar("T")
 Param = str | int | datetime | list[str] | list[bytes] | None
 Encoded = list[bytes | None]
 
@@ -65,16 +66,24 @@ async def call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded)
 
 
 async def _call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded) -> bool:
+    conn.pgconn.send_query_prepared(name, params)
+    return _outcome(conn, await _exchange(conn, _results))
+
+
+async def _exchange(
+    conn: psycopg.AsyncConnection[Any],
+    read: Callable[[asyncio.AbstractEventLoop, pq.abc.PGconn], Awaitable[T]],
+) -> T:
+    """Send what was queued on the connection, then `read` the answer."""
     pg = conn.pgconn
     loop = asyncio.get_running_loop()
-    pg.send_query_prepared(name, params)
     sent = False
     try:
         while pg.flush():  # non-blocking: 1 means more to send once the socket allows
             if await _ready(loop, pg.socket, write=True):
                 pg.consume_input()  # (libpq: read what the server sends meanwhile)
         sent = True
-        results = await _results(loop, pg)
+        return await read(loop, pg)
     except asyncio.CancelledError:
         # Sent whole, the call runs to its end, commit included, even once the
         # connection is dropped: ask the backend to stop, and see it stop. Cut off
@@ -82,9 +91,8 @@ async def _call(conn: psycopg.AsyncConnection[Any], name: bytes, params: Encoded
         if sent:
             with contextlib.suppress(Exception):
                 await conn.cancel_safe(timeout=_CANCEL_WAIT)
-                await asyncio.wait_for(_results(loop, pg), _CANCEL_WAIT)
+                await asyncio.wait_for(read(loop, pg), _CANCEL_WAIT)
         raise
-    return _outcome(conn, results)
 
 
 async def call_all(
@@ -114,24 +122,11 @@ async def _call_all(
     conn: psycopg.AsyncConnection[Any], calls: Sequence[tuple[bytes, Encoded]]
 ) -> list[bool]:
     pg = conn.pgconn
-    loop = asyncio.get_running_loop()
     pg.enter_pipeline_mode()
     for name, params in calls:
         pg.send_query_prepared(name, params)
     pg.pipeline_sync()
-    sent = False
-    try:
-        while pg.flush():
-            if await _ready(loop, pg.socket, write=True):
-                pg.consume_input()
-        sent = True
-        batches = await _through_sync(loop, pg)
-    except asyncio.CancelledError:
-        if sent:  # (as in `_call`: see the backend stop before the connection is dropped)
-            with contextlib.suppress(Exception):
-                await conn.cancel_safe(timeout=_CANCEL_WAIT)
-                await asyncio.wait_for(_through_sync(loop, pg), _CANCEL_WAIT)
-        raise
+    batches = await _exchange(conn, _through_sync)
     pg.exit_pipeline_mode()
     # Any error, in a call or in the commit that comes after the last call's
     # row (its own batch, before the Sync's), means that nothing was written.
@@ -159,7 +154,7 @@ async def _through_sync(
         if not batch:  # (every call and the Sync give a result: the connection failed)
             raise psycopg.OperationalError(pg.get_error_message() or "connection lost")
         batches.append(batch)
-        if batch and batch[-1].status == pq.ExecStatus.PIPELINE_SYNC:
+        if batch[-1].status == pq.ExecStatus.PIPELINE_SYNC:
             return batches
 
 

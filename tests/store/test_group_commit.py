@@ -257,28 +257,50 @@ async def test_a_group_tells_other_nodes_of_every_task_it_adds(
     assert heard == len(runs)
 
 
-async def test_a_node_of_several_processes_writes_alone(postgres_url: str) -> None:
+async def test_a_node_of_several_processes_writes_alone(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """`--workers N` (N > 1): each write goes alone (groups made more tasks go
     from process to process through the database)."""
-    config = ServerConfig(db_url=postgres_url, listen="127.0.0.1:0", port_processes=2)
-    node = Server(config)
+    node = Server(ServerConfig(db_url=postgres_url, listen="127.0.0.1:0", port_processes=2))
     await node.start()
     try:
         hot = _writer(node)
-        assert not hot._grouping
+        grouping = Grouping(hot, monkeypatch)
         async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
             stub = sg.WorkflowServiceStub(channel)
-            monkeypatch = pytest.MonkeyPatch()
-            try:
-                grouping = Grouping(hot, monkeypatch)
-                first = asyncio.ensure_future(Driver(stub).start())
-                await asyncio.wait_for(grouping.reached.wait(), 10)
-                starts = asyncio.gather(*(Driver(stub).start() for _ in range(RUNS)))
-                rest = await asyncio.wait_for(starts, 10)  # (grouped, they would wait)
-                assert all(rest) and not hot._queue and grouping.groups == []
-                grouping.gate.set()
-                assert await first
-            finally:
-                monkeypatch.undo()
+            first = asyncio.ensure_future(Driver(stub).start())
+            await asyncio.wait_for(grouping.reached.wait(), 10)
+            starts = asyncio.gather(*(Driver(stub).start() for _ in range(RUNS)))
+            rest = await asyncio.wait_for(starts, 10)  # (grouped, they would wait)
+            assert all(rest) and not hot._queue and grouping.groups == []
+            grouping.gate.set()
+            assert await first
     finally:
         await node.stop(grace=0.5)
+
+
+async def test_a_close_that_waits_too_long_gives_up_the_waiting_writes(
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The database does not answer (here: the one committer is held): close()
+    gives up after its wait, the writes still queued are refused UNAVAILABLE,
+    and none of them is written."""
+    runs = await _started(stub, RUNS + 1)
+    hot = _writer(server)
+    grouping = Grouping(hot, monkeypatch)
+    monkeypatch.setattr(pg_writer, "_CLOSE_WAIT", 0.3)
+    held = asyncio.ensure_future(_signal(stub, runs[0], "go"))
+    await asyncio.wait_for(grouping.reached.wait(), 10)
+    others = [asyncio.ensure_future(_signal(stub, run, "go")) for run in runs[1:]]
+    await wait_until(lambda: _now(len(hot._queue) == RUNS))
+    await asyncio.wait_for(hot.close(), 10)
+    refused = await asyncio.wait_for(asyncio.gather(*others, return_exceptions=True), 10)
+    codes = [o.code() if isinstance(o, grpc.aio.AioRpcError) else o for o in refused]
+    assert codes == [grpc.StatusCode.UNAVAILABLE] * RUNS
+    assert grouping.groups == []
+    grouping.gate.set()
+    await held
+    assert await _signals(runs[0], "go") == 1
+    for run in runs[1:]:
+        assert await _signals(run, "go") == 0

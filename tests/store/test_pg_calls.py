@@ -102,13 +102,18 @@ async def test_database_errors_come_back_as_psycopg_raises_them(
     assert await put(conn, [9, "then", None, [], [], None])
 
 
+@pytest.mark.parametrize("pipelined", [False, True], ids=["call", "call_all"])
 async def test_a_lost_connection_is_an_operational_error(
-    conn: psycopg.AsyncConnection[Any], postgres_url: str
+    conn: psycopg.AsyncConnection[Any], postgres_url: str, pipelined: bool
 ) -> None:
     async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
-        await other.execute("SELECT pg_terminate_backend(%s)", (conn.info.backend_pid,))
+        await other.execute("SELECT pg_terminate_backend(%s, 5000)", (conn.info.backend_pid,))
+    params = pg_calls.encode([1, "lost", None, [], [], None])
     with pytest.raises(psycopg.OperationalError):
-        await put(conn, [1, "lost", None, [], [], None])
+        if pipelined:
+            await pg_calls.call_all(conn, [(PUT, params)] * 2)
+        else:
+            await pg_calls.call(conn, PUT, params)
 
 
 async def test_a_timezone_aware_timestamp_is_a_bug_not_a_value(
@@ -267,15 +272,6 @@ async def test_calls_in_a_pipeline_commit_together_or_not_at_all(
     assert await put(conn, [7, "after", None, [], [], None])
     cur = await conn.execute("SELECT n FROM t_calls ORDER BY n")
     assert [n for (n,) in await cur.fetchall()] == [1, 2, 3, 7]
-
-
-async def test_a_lost_connection_in_a_pipeline_is_an_operational_error(
-    conn: psycopg.AsyncConnection[Any], postgres_url: str
-) -> None:
-    async with await psycopg.AsyncConnection.connect(postgres_url, autocommit=True) as other:
-        await other.execute("SELECT pg_terminate_backend(%s, 5000)", (conn.info.backend_pid,))
-    with pytest.raises(psycopg.OperationalError):
-        await pg_calls.call_all(conn, [(PUT, pg_calls.encode([1, "", None, [], [], None]))] * 2)
 
 
 async def test_a_commit_that_fails_after_the_rows_fails_the_pipeline(
