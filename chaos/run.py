@@ -54,7 +54,7 @@ class Options:
     own_cluster: bool = False
     postgres_url: str = ""
     seed: int = 0
-    kill_interval: tuple[float, float] = (0.5, 3.0)  # seconds between two kills
+    kill_interval: tuple[float, float] = (0.5, 3.0)  # seconds from one back to the next kill
     down_for: tuple[float, float] = (0.2, 2.0)  # how long a killed process stays down
 
 
@@ -127,11 +127,17 @@ class Cluster:
     # -- chaos ---------------------------------------------------------------------
 
     async def kill_loop(self, until: asyncio.Event) -> None:
-        """kill -9 a random process of a random kind every few seconds, and bring
-        it back a moment later; PostgreSQL too when the cluster is the run's own."""
+        """kill -9 a random process of a random kind a few seconds after the
+        last one killed is back, and bring it back a moment later; PostgreSQL
+        too when the cluster is the run's own."""
         kinds = ["server", "decider", "runner"] + (["postgres"] if self.pg else [])
         rounds: list[str] = []
         while not until.is_set():
+            # Where a restart takes seconds (a slow machine), kills on a clock of
+            # their own kept the only server down most of the run, and the
+            # driver's calls missed its deadline though nothing was lost.
+            if self._restarts:
+                await asyncio.wait(set(self._restarts))
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(until.wait(), self.rng.uniform(*self.opts.kill_interval))
             if until.is_set():
