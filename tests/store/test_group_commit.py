@@ -171,6 +171,40 @@ async def test_a_group_that_fails_is_written_again_one_by_one(
         assert await _signals(run, "go") == 1
 
 
+async def test_a_write_whose_run_another_node_moved_on_is_done_again(
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch, postgres_url: str
+) -> None:
+    """In a group, one write finds its run moved on by another node since this
+    node read it: its compare-and-set writes nothing, the group commits the
+    others, and that one write is done again on the run as it now is. Every
+    signal is in its run's history once, the other node's too."""
+    runs = await _started(stub, RUNS + 1)  # (this node holds them, as it wrote them)
+    other = Server(ServerConfig(db_url=postgres_url, listen="127.0.0.1:0"))
+    await other.start()
+    try:
+        async with grpc.aio.insecure_channel(f"127.0.0.1:{other.port}") as channel:
+            await _signal(sg.WorkflowServiceStub(channel), runs[1], "elsewhere")
+    finally:
+        await other.stop(grace=0.5)
+    grouping = Grouping(_writer(server), monkeypatch)
+    written: list[list[bool]] = []
+
+    async def noted(conn: Any, calls: Any, real: Any) -> list[bool]:
+        result: list[bool] = await real(conn, calls)
+        written.append(result)
+        return result
+
+    grouping.group = noted  # type: ignore[method-assign]
+    outcomes = await grouping.run(
+        _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
+    )
+    assert outcomes == [None] * RUNS
+    assert [w.count(False) for w in written] == [1], written
+    for run in runs:
+        assert await _signals(run, "go") == 1
+    assert await _signals(runs[1], "elsewhere") == 1
+
+
 @pytest.mark.parametrize("committed", [True, False], ids=["after-commit", "before-commit"])
 async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
     server: Server,
