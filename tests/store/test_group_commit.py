@@ -23,6 +23,7 @@ from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from tests.helpers import Driver, payload, wait_until
+from tests.pg_proxy import cutting_proxy
 
 RUNS = 12
 
@@ -228,6 +229,47 @@ async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
     await grouping.run(_signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]])
     for run in runs:
         assert await _signals(run, "go") == 1
+
+
+async def test_a_group_whose_connection_is_cut_as_it_commits_is_written_once(
+    postgres_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The same on a real connection: between the node and PostgreSQL, a proxy
+    closes it as the group's commit is answered (its rows sent, not the
+    ReadyForQuery that follows the commit). The node cannot know the outcome:
+    it must find each write where it landed and write none twice."""
+    info = psycopg.conninfo.conninfo_to_dict(postgres_url)
+    upstream = (str(info.get("host") or "127.0.0.1"), int(str(info.get("port") or 5432)))
+    with cutting_proxy(upstream) as (port, arm):
+        url = f"postgresql://{info.get('user') or 'postgres'}@127.0.0.1:{port}/{info['dbname']}"
+        node = Server(ServerConfig(db_url=f"{url}?sslmode=disable", listen="127.0.0.1:0"))
+        await node.start()
+        try:
+            async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
+                stub = sg.WorkflowServiceStub(channel)
+                runs = await _started(stub, RUNS + 1)
+                grouping = Grouping(_writer(node), monkeypatch)
+                raised: list[BaseException] = []
+
+                async def noted(conn: Any, calls: Any, real: Any) -> list[bool]:
+                    try:
+                        result: list[bool] = await real(conn, calls)
+                    except BaseException as exc:
+                        raised.append(exc)
+                        raise
+                    return result
+
+                grouping.group = noted  # type: ignore[method-assign]
+                arm()
+                outcomes = await grouping.run(
+                    _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
+                )
+                assert outcomes == [None] * RUNS
+                assert [type(exc) for exc in raised] == [psycopg.OperationalError], raised
+                for run in runs:
+                    assert await _signals(run, "go") == 1
+        finally:
+            await node.stop(grace=0.5)
 
 
 async def test_close_commits_the_writes_still_waiting(
