@@ -2,14 +2,14 @@
 ErrorResponse for 0.3 s: the end of a failed call's exchange, slow to come.
 
 Armed (`cutting_proxy`), it also cuts the first connection whose server ends a
-batch of two or more commands (a pipeline's calls, then its Sync): the
-transaction is committed, the client has its rows but never the
-ReadyForQuery, and its connection is gone. A commit whose outcome the client
-cannot know.
+batch of at least N commands (a pipeline's N calls, then its Sync): the client
+has its rows but never the ReadyForQuery, and its connection is gone. For a
+pipeline whose calls all went through, PostgreSQL committed before it sent
+that ReadyForQuery: a commit whose outcome the client cannot know.
 
 Run as a process of its own (`python -m tests.pg_proxy HOST PORT`, which prints
-the port it listens on; a line "arm" on its stdin arms it), so that a client
-blocked in libpq cannot stop it.
+the port it listens on; a line "arm N" on its stdin arms it), so that a client
+blocked in libpq cannot stop it. It ends when its stdin does (its parent gone).
 """
 
 from __future__ import annotations
@@ -32,13 +32,14 @@ def holding_proxy(upstream: tuple[str, int]) -> Iterator[int]:
 
 
 @contextmanager
-def cutting_proxy(upstream: tuple[str, int]) -> Iterator[tuple[int, Callable[[], None]]]:
-    """The port of a proxy process to `upstream`, and what arms its one cut."""
+def cutting_proxy(upstream: tuple[str, int]) -> Iterator[tuple[int, Callable[[int], None]]]:
+    """The port of a proxy process to `upstream`, and what arms its one cut
+    (`arm(n)`: at the end of a batch of at least n commands)."""
     with _proxy(upstream) as (port, proc):
 
-        def arm() -> None:
+        def arm(commands: int) -> None:
             assert proc.stdin is not None
-            proc.stdin.write("arm\n")
+            proc.stdin.write(f"arm {commands}\n")
             proc.stdin.flush()
             assert proc.stdout is not None
             assert proc.stdout.readline() == "armed\n"
@@ -67,9 +68,10 @@ def _proxy(upstream: tuple[str, int]) -> Iterator[tuple[int, subprocess.Popen[st
 
 
 class _Cut:
-    """Whether the one cut is armed (and not yet made)."""
+    """The one cut: at the end of a batch of at least `at` commands (0: not
+    armed, or made)."""
 
-    armed = False
+    at = 0
 
 
 async def _relay(
@@ -94,10 +96,13 @@ async def _relay(
             body = await server_in.readexactly(int.from_bytes(head[1:], "big") - 4)
             if head[:1] == b"Z" and after_error:
                 await asyncio.sleep(HOLD)
-            if head[:1] == b"Z" and commands >= 2 and _Cut.armed:
-                _Cut.armed = False
+            if head[:1] == b"Z" and _Cut.at and commands >= _Cut.at:
+                _Cut.at = 0
                 break  # (the ReadyForQuery not sent: both sides are closed below)
-            commands = 0 if head[:1] == b"Z" else commands + (head[:1] == b"C")
+            if head[:1] == b"Z":
+                commands = 0
+            elif head[:1] == b"C":  # CommandComplete
+                commands += 1
             after_error = head[:1] == b"E"
             client_out.write(head + body)
             await client_out.drain()
@@ -112,10 +117,11 @@ async def _serve(upstream: tuple[str, int]) -> None:
     print(server.sockets[0].getsockname()[1], flush=True)
     loop = asyncio.get_running_loop()
     while line := await loop.run_in_executor(None, sys.stdin.readline):
-        if line.strip() == "arm":
-            _Cut.armed = True
+        word, _, commands = line.partition(" ")
+        if word == "arm":
+            _Cut.at = int(commands)
             print("armed", flush=True)
-    await server.serve_forever()
+    server.close()  # stdin ended: the test that ran it is gone
 
 
 if __name__ == "__main__":

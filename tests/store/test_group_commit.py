@@ -14,6 +14,7 @@ from typing import Any
 import grpc
 import psycopg
 import pytest
+from sqlalchemy.engine import make_url
 
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
@@ -238,11 +239,15 @@ async def test_a_group_whose_connection_is_cut_as_it_commits_is_written_once(
     closes it as the group's commit is answered (its rows sent, not the
     ReadyForQuery that follows the commit). The node cannot know the outcome:
     it must find each write where it landed and write none twice."""
-    info = psycopg.conninfo.conninfo_to_dict(postgres_url)
-    upstream = (str(info.get("host") or "127.0.0.1"), int(str(info.get("port") or 5432)))
-    with cutting_proxy(upstream) as (port, arm):
-        url = f"postgresql://{info.get('user') or 'postgres'}@127.0.0.1:{port}/{info['dbname']}"
-        node = Server(ServerConfig(db_url=f"{url}?sslmode=disable", listen="127.0.0.1:0"))
+    direct = make_url(postgres_url)
+    with cutting_proxy((direct.host or "127.0.0.1", direct.port or 5432)) as (port, arm):
+        # (No SSL or GSS request: the proxy reads PostgreSQL's messages, not theirs.)
+        url = direct.set(host="127.0.0.1", port=port).update_query_dict(
+            {"sslmode": "disable", "gssencmode": "disable"}
+        )
+        node = Server(
+            ServerConfig(db_url=url.render_as_string(hide_password=False), listen="127.0.0.1:0")
+        )
         await node.start()
         try:
             async with grpc.aio.insecure_channel(f"127.0.0.1:{node.port}") as channel:
@@ -260,7 +265,7 @@ async def test_a_group_whose_connection_is_cut_as_it_commits_is_written_once(
                     return result
 
                 grouping.group = noted  # type: ignore[method-assign]
-                arm()
+                arm(RUNS)  # (the group's calls: no other batch of the node's is as long)
                 outcomes = await grouping.run(
                     _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
                 )
