@@ -114,6 +114,12 @@ class HandOffs:
 
     schedule_to_start: list[float] = field(default_factory=list)
     activity_to_next: list[float] = field(default_factory=list)
+    decision_leg: list[float] = field(default_factory=list)
+    """DeciderStarted -> DeciderCompleted: the commit that started the decision
+    task, its way to the decider and back, and the server's handling of the
+    answer up to its transition."""
+    activity_leg: list[float] = field(default_factory=list)
+    """ActivityStarted -> ActivitySuccess: the same for an activity task."""
 
     def summary(self) -> dict[str, float]:
         return {
@@ -121,6 +127,8 @@ class HandOffs:
             "schedule_to_start_p99_ms": percentile(self.schedule_to_start, 99),
             "activity_to_next_p50_ms": percentile(self.activity_to_next, 50),
             "activity_to_next_p99_ms": percentile(self.activity_to_next, 99),
+            "decision_leg_p50_ms": percentile(self.decision_leg, 50),
+            "activity_leg_p50_ms": percentile(self.activity_leg, 50),
         }
 
 
@@ -129,12 +137,18 @@ def _ms(later: Event, earlier: Event) -> float:
 
 
 def hand_offs(events: list[Event], into: HandOffs) -> None:
-    """Schedule-to-start of each activity, and from each activity's success to
-    the start of the next one (a decision task and a dispatch in between)."""
+    """Schedule-to-start of each activity, from each activity's success to
+    the start of the next one (a decision task and a dispatch in between), and
+    each task's leg, from its start to the transition its answer made."""
     by_id = {e.event_id: e for e in events}
     started: list[Event] = []
     succeeded: list[Event] = []
     for event in events:
+        begun = by_id.get(int(event.get("started_event_id", 0)))
+        if begun is not None and event.type == "DeciderCompleted":
+            into.decision_leg.append(_ms(event, begun))
+        elif begun is not None and event.type == "ActivitySuccess":
+            into.activity_leg.append(_ms(event, begun))
         if event.type == "ActivityStarted":
             scheduled = by_id.get(int(event.get("scheduled_event_id", 0)))
             if scheduled is not None:

@@ -31,9 +31,10 @@ from typing import Any
 import psycopg
 
 from bench import pgdb
-from bench.drive import Completions, run_batch
+from bench.drive import Batch, Completions, run_batch, sample_hand_offs
 from bench.processes import REPO, Counts, Process
 from bench.rig import WeftNode
+from bench.stats import percentile
 
 DATABASE = "weft_hotpath"
 # Where a sampled frame's file lies decides its layer; the first match wins.
@@ -63,8 +64,8 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     )
     completions = await Completions.open()
 
-    async def batch(workflows: int, prefix: str) -> float:
-        done = await run_batch(
+    async def batch(workflows: int, prefix: str) -> Batch:
+        return await run_batch(
             node.client,
             completions,
             workflow_type="bench-chain",
@@ -74,7 +75,6 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
             inflight=args.inflight,
             prefix=prefix,
         )
-        return done.seconds
 
     try:
         await batch(max(4, args.workflows // 5), "warm")
@@ -84,7 +84,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         spy = _start_py_spy(spied.pid, log_dir) if spied is not None else None
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
-        seconds = await batch(args.workflows, "timed")
+        timed = await batch(args.workflows, "timed")
         cpu = node.server.cpu() - cpu0
         decider_cpu, runner_cpu = _cpu(node.decider) - decider0, _cpu(node.runner) - runner0
         counts = node.server.counts() - counts0
@@ -92,6 +92,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         xacts = _xacts(args, db_url) - xacts0
         node.check_alive()
         spy_out = _stop_py_spy(spy) if spy is not None else None
+        legs, _ = await sample_hand_offs(node.client, timed.workflow_ids)
     finally:
         await node.stop()
         if not args.sqlite:
@@ -99,7 +100,8 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     activities = args.workflows * args.steps
     return {
         "activities": activities,
-        "seconds": seconds,
+        "seconds": timed.seconds,
+        "legs": legs,
         "counts": counts,
         "cpu": cpu,
         "decider_cpu": decider_cpu,
@@ -197,6 +199,15 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     if not args.sqlite:
         lines.append(f"PostgreSQL xacts per act.    {result['xacts'] / acts:8.2f}")
+    legs = result["legs"]
+    per_lane = args.inflight / (acts / result["seconds"]) * 1000
+    lines += [
+        "",
+        f"an activity takes its lane {per_lane:.2f} ms ({args.inflight} lanes); a run's legs, one"
+        " after another, from the server's event times (p50, p90 ms; sampled runs):",
+        f"  decision  DeciderStarted -> DeciderCompleted  {_p(legs.decision_leg)}",
+        f"  activity  ActivityStarted -> ActivitySuccess  {_p(legs.activity_leg)}",
+    ]
     spy = result["spy"]
     if spy:
         total = sum(spy["layers"].values()) or 1
@@ -208,6 +219,10 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
             lines.append(f"  {100 * n / total:5.1f} %  {name[:110]}")
         lines.append(f"(folded stacks in {spy['file']})")
     return "\n".join(lines)
+
+
+def _p(values: list[float]) -> str:
+    return f"{percentile(values, 50):6.2f} {percentile(values, 90):6.2f}  (n={len(values)})"
 
 
 def main(argv: list[str] | None = None) -> None:
