@@ -7,7 +7,8 @@ import base64
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
-from .errors import NotFound
+from .errors import NotFound, ResourceExhausted
+from .limits import HEARTBEAT_DETAILS_PER_RUN
 from .state import ActivityState, RunState
 from .tokens import TaskToken, check_open
 from .transition import Transition
@@ -88,11 +89,34 @@ def canceled(t: Transition, token: TaskToken, details: c.Payload | None, identit
 def heartbeat(t: Transition, token: TaskToken, details: c.Payload | None) -> bool:
     """Record a heartbeat (state only: heartbeats are not events); True if cancel was requested."""
     act = _current(t.state, token)
-    act.last_heartbeat_at = t.now.timestamp()
+    encoded = None
     if details is not None:
-        act.heartbeat_details = base64.b64encode(details.SerializeToString()).decode()
+        raw = details.SerializeToString()
+        _check_details_total(t.state, act, len(raw))
+        encoded = base64.b64encode(raw).decode()
+    act.last_heartbeat_at = t.now.timestamp()
+    if encoded is not None:
+        act.heartbeat_details = encoded
     t.state_changed = True
     return bool(act.cancel_requested_id)
+
+
+def _check_details_total(state: RunState, act: ActivityState, size: int) -> None:
+    """Refuse details that would take the run's heartbeat details past their
+    bound (`HEARTBEAT_DETAILS_PER_RUN`): the heartbeat is then not recorded."""
+    others = sum(
+        _decoded_size(a.heartbeat_details) for a in state.activities.values() if a is not act
+    )
+    if others + size > HEARTBEAT_DETAILS_PER_RUN:
+        raise ResourceExhausted(
+            f"heartbeat details of {size} bytes would take the run's pending activities'"
+            f" details to {others + size} bytes: the limit is {HEARTBEAT_DETAILS_PER_RUN}"
+            " bytes (heartbeat with smaller details, or none)"
+        )
+
+
+def _decoded_size(encoded: str) -> int:
+    return len(encoded) // 4 * 3 - encoded[-2:].count("=")
 
 
 def last_heartbeat(act: ActivityState) -> c.Payload | None:

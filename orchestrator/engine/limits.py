@@ -8,6 +8,14 @@ from dataclasses import dataclass
 # of every run: as large as a default payload, whatever the payload limit is set
 # to (a definition registered under one setting must stay valid under another).
 MAX_DEFINITION_BYTES = 256 * 1024
+# What the heartbeat details of a run's pending activities may total, serialized.
+# Each is bounded by the payload limit, but a run may hold 1,000 (up to 10,000)
+# pending activities and its state, details included, is written whole on every
+# transition: unbounded, one run's workers could make each of its transitions
+# write hundreds of megabytes and stall the node for every other run. Twice the
+# largest payload an operator may allow, so a heartbeat of any allowed size fits
+# in a run that holds no others.
+HEARTBEAT_DETAILS_PER_RUN = 4 * 1024 * 1024
 # From this share of the event limit on, decision tasks suggest continue-as-new:
 # it leaves room to finish the current step.
 SUGGEST_CONTINUE = 0.9
