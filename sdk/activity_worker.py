@@ -41,6 +41,7 @@ from sdk.errors import (
     FailedPreconditionError,
     InvalidArgumentError,
     NotFoundError,
+    ResourceExhaustedError,
     WeftError,
 )
 from sdk.sync_client import Client
@@ -366,6 +367,9 @@ class _Heartbeater:
         self._cancel_hooks: list[Callable[[], Any]] = []
         self.cancel_requested = False
         self.expired = False
+        self.details_refused = False
+        """Whether the server refused a heartbeat's details (the run's bound on
+        them); the heartbeats went on without."""
 
     def on_cancel(self, hook: Callable[[], Any]) -> None:
         self._cancel_hooks.append(hook)
@@ -408,7 +412,19 @@ class _Heartbeater:
                 identity=self._identity,
             )
             try:
-                resp = await self._client.rpc("RecordActivityHeartbeat", req)
+                try:
+                    resp = await self._client.rpc("RecordActivityHeartbeat", req)
+                except ResourceExhaustedError as exc:
+                    if exc.retry_after is not None:
+                        raise
+                    # The details would take the run past its bound on them: the
+                    # heartbeat goes without, so that it still keeps the task
+                    # alive and hears a cancel request.
+                    if not self.details_refused:
+                        log.warning("activity.heartbeat_details_refused", error=exc.message)
+                    self.details_refused = True
+                    req.ClearField("details")
+                    resp = await self._client.rpc("RecordActivityHeartbeat", req)
                 cancel = resp.cancel_requested
             except (NotFoundError, FailedPreconditionError):
                 cancel = True  # the task timed out or its run closed: stop working on it

@@ -7,7 +7,7 @@ import base64
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import history_pb2 as h
 
-from .errors import NotFound, ResourceExhausted
+from .errors import NotFound, ResourceExhausted, untouched
 from .limits import HEARTBEAT_DETAILS_PER_RUN
 from .state import ActivityState, RunState
 from .tokens import TaskToken, check_open
@@ -89,29 +89,31 @@ def canceled(t: Transition, token: TaskToken, details: c.Payload | None, identit
 def heartbeat(t: Transition, token: TaskToken, details: c.Payload | None) -> bool:
     """Record a heartbeat (state only: heartbeats are not events); True if cancel was requested."""
     act = _current(t.state, token)
-    encoded = None
     if details is not None:
         raw = details.SerializeToString()
         _check_details_total(t.state, act, len(raw))
-        encoded = base64.b64encode(raw).decode()
+        act.heartbeat_details = base64.b64encode(raw).decode()
     act.last_heartbeat_at = t.now.timestamp()
-    if encoded is not None:
-        act.heartbeat_details = encoded
     t.state_changed = True
     return bool(act.cancel_requested_id)
 
 
 def _check_details_total(state: RunState, act: ActivityState, size: int) -> None:
     """Refuse details that would take the run's heartbeat details past their
-    bound (`HEARTBEAT_DETAILS_PER_RUN`): the heartbeat is then not recorded."""
+    bound (`HEARTBEAT_DETAILS_PER_RUN`), before anything is changed: the
+    heartbeat is then not recorded."""
     others = sum(
         _decoded_size(a.heartbeat_details) for a in state.activities.values() if a is not act
     )
-    if others + size > HEARTBEAT_DETAILS_PER_RUN:
-        raise ResourceExhausted(
-            f"heartbeat details of {size} bytes would take the run's pending activities'"
-            f" details to {others + size} bytes: the limit is {HEARTBEAT_DETAILS_PER_RUN}"
-            " bytes (heartbeat with smaller details, or none)"
+    # (Details that do not grow the run's total are taken: a run stored over the
+    # bound, before it existed, can still come down under it.)
+    if others + size > HEARTBEAT_DETAILS_PER_RUN and size > _decoded_size(act.heartbeat_details):
+        raise untouched(
+            ResourceExhausted(
+                f"heartbeat details of {size} bytes would take the run's pending activities'"
+                f" details to {others + size} bytes: the limit is {HEARTBEAT_DETAILS_PER_RUN}"
+                " bytes (heartbeat with smaller details, or none)"
+            )
         )
 
 

@@ -2,11 +2,27 @@
 
 from __future__ import annotations
 
+from typing import TypeVar
+
 
 class EngineError(Exception):
     """Base of the errors a request can end in; the message is shown to the caller."""
 
     code_name = "INTERNAL"
+    touched_state = True
+    """Whether the command may have changed the run's state before it failed, so
+    that a store must drop its copy; `untouched` marks a refusal checked first."""
+
+
+E = TypeVar("E", bound=EngineError)
+
+
+def untouched(error: E) -> E:
+    """`error`, raised before its command changed anything: a store that refused
+    on its current copy of the run keeps it (a run at a limit is refused without
+    being read again)."""
+    error.touched_state = False
+    return error
 
 
 class InvalidArgument(EngineError):

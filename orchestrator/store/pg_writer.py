@@ -39,6 +39,7 @@ log = structlog.get_logger("weft.store")
 
 POOL_SIZE = 24
 _LOAD = "SELECT state, version FROM runs WHERE run_id = %s"
+_VERSION = "SELECT version FROM runs WHERE run_id = %s"
 _CANDIDATES = (
     "SELECT t.id, t.run_id, t.scheduled_id, r.version FROM tasks t"
     " JOIN runs r ON r.run_id = t.run_id"
@@ -157,6 +158,10 @@ class PgWriter:
     async def load(self, run_id: str) -> tuple[str, int] | None:
         rows = await self._read(_LOAD, (run_id,))
         return (rows[0][0], int(rows[0][1])) if rows else None
+
+    async def version(self, run_id: str) -> int | None:
+        rows = await self._read(_VERSION, (run_id,))
+        return int(rows[0][0]) if rows else None
 
     async def candidates(
         self, namespace: str, kind: str, task_list: str, limit: int

@@ -42,6 +42,7 @@ Step = tuple[str, Sequence[Any], bool]
 """(SQL, its parameters, whether they are a list of rows for executemany)."""
 
 _LOAD = "SELECT state, version FROM runs WHERE run_id = ?"
+_VERSION = "SELECT version FROM runs WHERE run_id = ?"
 _CANDIDATES = (
     "SELECT t.id, t.run_id, t.scheduled_id, r.version FROM tasks AS t"
     " JOIN runs AS r ON r.run_id = t.run_id"
@@ -191,6 +192,10 @@ class SqliteWriter:
     async def load(self, run_id: str) -> tuple[str, int] | None:
         rows = await self._read(_LOAD, (run_id,))
         return (rows[0][0], int(rows[0][1])) if rows else None
+
+    async def version(self, run_id: str) -> int | None:
+        rows = await self._read(_VERSION, (run_id,))
+        return int(rows[0][0]) if rows else None
 
     async def candidates(
         self, namespace: str, kind: str, task_list: str, limit: int

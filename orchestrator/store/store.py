@@ -181,6 +181,11 @@ class Store(LockedWrites, UpkeepWrites):
         self.cache.put(run_id, entry)
         return entry, False
 
+    async def _current(self, entry: CachedRun) -> bool:
+        """Whether the run is still at the version this node holds (one small
+        read, where reading the run again would fetch its whole state)."""
+        return await self._hot.version(entry.state.run_id) == entry.version
+
     async def _run_key(self, run_id: str) -> RunKey:
         entry, _ = await self._entry(run_id)
         return entry.state.key
@@ -200,7 +205,9 @@ class Store(LockedWrites, UpkeepWrites):
         t = Transition(entry.state, utcnow())
         try:
             result = apply(t, fn)
-        except EngineError:
+        except EngineError as exc:
+            if not exc.touched_state and (not cached or await self._current(entry)):
+                raise  # refused on the run as it stands, and left as it was: kept
             self.cache.evict(run_id)  # the command may have left the state half changed
             if cached:
                 return _LOST  # refused on what may be an old copy: ask the database

@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 
+from orchestrator.engine.limits import HEARTBEAT_DETAILS_PER_RUN
 from sdk import (
     ActivityCancelledError,
     ActivityWorker,
@@ -365,6 +366,32 @@ async def test_heartbeat_details_show_in_describe(client: AsyncClient, task_list
     # Heartbeats are not history events.
     assert types(await client.history(wid)).count("ActivityStarted") == 1
     assert not any("Heartbeat" in kind for kind in types(await client.history(wid)))
+
+
+async def test_heartbeats_whose_details_the_run_refuses_still_keep_tasks_alive(
+    client: AsyncClient, task_list: str
+) -> None:
+    """A run's pending activities hold at most 4 MiB of heartbeat details together:
+    past that, a heartbeat's details are refused, and the worker sends it again
+    without them, so the activity is not timed out while it runs."""
+    fits = HEARTBEAT_DETAILS_PER_RUN // 250_020  # (details of 250,000 characters)
+    beats = fits + 2
+
+    @activity
+    async def big_beats() -> str:
+        for _ in range(10):
+            activity.heartbeat("x" * 250_000)
+            await asyncio.sleep(0.3)
+        return "done"
+
+    async with (
+        run_activities(client, task_list),
+        ActivityWorker(client, task_lists=[task_list], activities=[big_beats], concurrency=beats),
+    ):
+        specs = [{"id": f"b{i}", "type": "big_beats", "heartbeat": 1.5} for i in range(beats)]
+        wid = await start(client, task_list, *specs)
+        result = await client.result(wid, timeout=WAIT)
+    assert result == {f"b{i}": {"status": "succeeded", "result": "done"} for i in range(beats)}
 
 
 # -- cancellation -------------------------------------------------------------------------

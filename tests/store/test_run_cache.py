@@ -9,7 +9,7 @@ from collections.abc import Callable
 
 import pytest
 
-from orchestrator.engine.errors import FailedPrecondition
+from orchestrator.engine.errors import FailedPrecondition, ResourceExhausted, untouched
 from orchestrator.engine.external import signal, terminate
 from orchestrator.engine.limits import Limits
 from orchestrator.engine.start import StartCommand, start_workflow
@@ -141,3 +141,44 @@ def test_a_tail_is_bounded_in_events_and_restarts_after_a_gap() -> None:
     entry.add_events([h.HistoryEvent(event_id=cache.MAX_TAIL + 20)])
     assert [e.event_id for e in entry.tail] == [cache.MAX_TAIL + 20]
     assert entry.tail_bytes == entry.tail[0].ByteSize()
+
+
+def _refuse(touched: bool) -> Callable[[Transition], None]:
+    def apply(t: Transition) -> None:
+        t.state.workflow_id = "changed before the refusal" if touched else t.state.workflow_id
+        error = ResourceExhausted("at a limit")
+        raise error if touched else untouched(error)
+
+    return apply
+
+
+async def test_a_refusal_that_changed_nothing_keeps_a_current_copy(db_url: str) -> None:
+    """A run refused on this node's current copy (a version read says so) is
+    neither dropped nor read again; one refused on a copy another node has moved
+    past is read again and refused on what the database holds; and a refusal
+    that may have changed the state drops the copy, as before."""
+    store, other = await Store.open(db_url), await Store.open(db_url)
+    try:
+        run_id = str(uuid.uuid4())
+        await store.create("default", "wf", run_id, "", lambda t: start_workflow(t, START))
+        held = store.cache.peek(run_id)
+        misses = store.cache.misses
+        with pytest.raises(ResourceExhausted):
+            await store.transact(run_id, _refuse(touched=False))
+        assert store.cache.peek(run_id) is held and store.cache.misses == misses
+
+        await other.transact(run_id, _signal(10))  # (another node moves the run on)
+        with pytest.raises(ResourceExhausted):
+            await store.transact(run_id, _refuse(touched=False))
+        fresh = store.cache.peek(run_id)
+        assert fresh is not None and fresh is not held and fresh.version == 2
+        assert store.cache.misses == misses + 1
+
+        with pytest.raises(ResourceExhausted):
+            await store.transact(run_id, _refuse(touched=True))
+        assert store.cache.peek(run_id) is None
+        entry, _ = await store._entry(run_id)
+        assert entry.state.workflow_id == "wf"  # (the change before the refusal was not kept)
+    finally:
+        await store.close()
+        await other.close()
