@@ -61,10 +61,12 @@ async def test_heartbeats_past_the_runs_bound_are_refused_and_change_nothing(
         await beat(activity_id)
     before = await _describe(stub, wf)
     assert before[ids[FIT]] == (None, 0)
+    history = await wf.history()
 
     message = await refused(beat(ids[FIT]), grpc.StatusCode.RESOURCE_EXHAUSTED)
     assert "heartbeat details" in message and str(HEARTBEAT_DETAILS_PER_RUN) in message
     assert await _describe(stub, wf) == before  # (its details and time, every other's too)
+    assert await wf.history() == history
 
     # A heartbeat without details still counts; details that fit are taken.
     await beat(ids[FIT], details=None)

@@ -41,6 +41,10 @@ def _details(size: int) -> c.Payload:
     raise AssertionError(f"no payload of {size} bytes")
 
 
+def _held(state: RunState, activity_id: str) -> int:
+    return len(base64.b64decode(state.activities[activity_id].heartbeat_details))
+
+
 def _beat(state: RunState, activity_id: str, size: int) -> Transition:
     act = state.activities[activity_id]
     token = TaskToken(KEY, "activity", act.scheduled_id, act.started_id)
@@ -66,8 +70,11 @@ def test_the_bound_is_inclusive_and_a_refusal_changes_nothing() -> None:
 def test_details_that_do_not_grow_the_total_are_taken_over_the_bound() -> None:
     state = _run(HEARTBEAT_DETAILS_PER_RUN + 10)
     state.activities["b"].heartbeat_details = base64.b64encode(b"h" * 2000).decode()
-    _beat(state, "b", 2000)  # (no larger than its own: taken)
-    _beat(state, "a", 1000)  # (smaller: the run comes back under the bound)
-    assert len(base64.b64decode(state.activities["a"].heartbeat_details)) == 1000
+    _beat(state, "b", 2000)  # (no larger than its own: taken, the run still over)
+    assert state.activities["b"].last_heartbeat_at > 0
+    _beat(state, "a", HEARTBEAT_DETAILS_PER_RUN)  # (smaller than its own, still over: taken)
+    assert _held(state, "a") == HEARTBEAT_DETAILS_PER_RUN
+    _beat(state, "a", 1000)  # (the run comes back under the bound)
+    assert _held(state, "a") == 1000
     with pytest.raises(ResourceExhausted):
         _beat(_run(HEARTBEAT_DETAILS_PER_RUN + 10), "b", 10)

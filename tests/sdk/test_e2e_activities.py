@@ -11,8 +11,9 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+import structlog.testing
 
-from orchestrator.engine.limits import HEARTBEAT_DETAILS_PER_RUN
+from orchestrator.engine import activity as engine_activity
 from sdk import (
     ActivityCancelledError,
     ActivityWorker,
@@ -369,29 +370,34 @@ async def test_heartbeat_details_show_in_describe(client: AsyncClient, task_list
 
 
 async def test_heartbeats_whose_details_the_run_refuses_still_keep_tasks_alive(
-    client: AsyncClient, task_list: str
+    client: AsyncClient, task_list: str, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A run's pending activities hold at most 4 MiB of heartbeat details together:
-    past that, a heartbeat's details are refused, and the worker sends it again
-    without them, so the activity is not timed out while it runs."""
-    fits = HEARTBEAT_DETAILS_PER_RUN // 250_020  # (details of 250,000 characters)
-    beats = fits + 2
+    """A run's pending activities hold a bounded total of heartbeat details:
+    past it, a heartbeat's details are refused, and the worker sends it again
+    without them, so the activity is not timed out while it runs. (The bound is
+    made small here, in the in-process server, so that the test writes little.)"""
+    monkeypatch.setattr(engine_activity, "HEARTBEAT_DETAILS_PER_RUN", 10_000)
+    beats = 5  # (details of 3,000 characters: three fit)
 
     @activity
     async def big_beats() -> str:
         for _ in range(10):
-            activity.heartbeat("x" * 250_000)
+            activity.heartbeat("x" * 3_000)
             await asyncio.sleep(0.3)
         return "done"
 
-    async with (
-        run_activities(client, task_list),
-        ActivityWorker(client, task_lists=[task_list], activities=[big_beats], concurrency=beats),
-    ):
-        specs = [{"id": f"b{i}", "type": "big_beats", "heartbeat": 1.5} for i in range(beats)]
-        wid = await start(client, task_list, *specs)
-        result = await client.result(wid, timeout=WAIT)
+    with structlog.testing.capture_logs() as logs:
+        async with (
+            run_activities(client, task_list),
+            ActivityWorker(
+                client, task_lists=[task_list], activities=[big_beats], concurrency=beats
+            ),
+        ):
+            specs = [{"id": f"b{i}", "type": "big_beats", "heartbeat": 1.5} for i in range(beats)]
+            wid = await start(client, task_list, *specs)
+            result = await client.result(wid, timeout=WAIT)
     assert result == {f"b{i}": {"status": "succeeded", "result": "done"} for i in range(beats)}
+    assert any(entry["event"] == "activity.heartbeat_details_refused" for entry in logs)
 
 
 # -- cancellation -------------------------------------------------------------------------
