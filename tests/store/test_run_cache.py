@@ -145,9 +145,11 @@ def test_a_tail_is_bounded_in_events_and_restarts_after_a_gap() -> None:
 
 def _refuse(touched: bool) -> Callable[[Transition], None]:
     def apply(t: Transition) -> None:
-        t.state.workflow_id = "changed before the refusal" if touched else t.state.workflow_id
         error = ResourceExhausted("at a limit")
-        raise error if touched else untouched(error)
+        if not touched:
+            raise untouched(error)
+        t.state.workflow_id = "changed before the refusal"
+        raise error
 
     return apply
 
