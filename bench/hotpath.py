@@ -154,8 +154,12 @@ def _stop_py_spy(spy: tuple[subprocess.Popen[bytes], Path]) -> dict[str, Any]:
     proc.wait(timeout=30)
     layers: collections.Counter[str] = collections.Counter()
     functions: collections.Counter[str] = collections.Counter()
-    for line in out.read_text().splitlines():
+    # split on newlines only: str.splitlines() also breaks on characters such as
+    # \x1c or \x85 that a sampled frame's text may hold
+    for line in out.read_text(errors="replace").split("\n"):
         stack, _, count = line.rpartition(" ")
+        if not count.isdigit():
+            continue
         frames = stack.split(";")
         leaf = frames[-1]
         n = int(count)

@@ -17,8 +17,15 @@ import click
 
 from cli.gc_settings import tune_collector
 from cli.params import DURATION, SizeType
-from orchestrator.config import DEFAULT_DB, DEFAULT_LISTEN, FOLDED_POLL, ServerConfig
+from orchestrator.config import (
+    DEFAULT_DB,
+    DEFAULT_LISTEN,
+    FOLDED_POLL,
+    LONG_POLL_MAX,
+    ServerConfig,
+)
 from orchestrator.engine.limits import SETTABLE, Limits
+from sdk.client import POLL_TIMEOUT
 
 if TYPE_CHECKING:
     from orchestrator.server import Server
@@ -70,7 +77,7 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     type=DURATION,
     default="60s",
     show_default=True,
-    help="how long a poll waits before an empty answer",
+    help=f"how long a poll waits before an empty answer (1s to {LONG_POLL_MAX:g}s)",
 )
 @click.option(
     "--folded-poll",
@@ -274,6 +281,13 @@ def server(
         click.echo(
             "weft server: --lease-period must be at least 1s"
             " and --worker-session-timeout at least 2s",
+            err=True,
+        )
+        sys.exit(2)
+    if not 1 <= long_poll.total_seconds() <= LONG_POLL_MAX:
+        click.echo(
+            f"weft server: --long-poll must be from 1s to {LONG_POLL_MAX:g}s (workers give up"
+            f" on a poll after {POLL_TIMEOUT.total_seconds():g}s)",
             err=True,
         )
         sys.exit(2)

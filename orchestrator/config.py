@@ -7,10 +7,16 @@ from dataclasses import dataclass, field
 
 from orchestrator.engine.limits import Defaults, Limits
 from sdk.addresses import is_loopback
+from sdk.client import POLL_TIMEOUT
 
 FOLDED_POLL = 1.0
 """Seconds a poll folded into a worker's answer waits for a task by default
 (`ServiceSettings.folded_poll` says why so short)."""
+
+LONG_POLL_MAX = POLL_TIMEOUT.total_seconds() - 10.0
+"""The longest `--long-poll`: a poll must end, with room for the network, before
+the SDK gives up on it (`sdk.client.POLL_TIMEOUT`); a task handed to a poll
+nobody waits for any more would sit started until its start-to-close timeout."""
 
 DEFAULT_DB = "sqlite:///weft.db"
 DEFAULT_LISTEN = "127.0.0.1:7400"

@@ -31,9 +31,18 @@ def _run(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
         (["--db", "mysql://u@h/db"], 1, "unsupported database 'mysql'"),
         (["--db", "postgresql://postgres@127.0.0.1:1/x"], 1, "connection"),
         (["--long-poll", "5x"], 2, "invalid duration '5x'"),
+        (["--long-poll", "120s"], 2, "--long-poll must be from 1s to 80s"),
+        (["--long-poll", "0s"], 2, "--long-poll must be from 1s to 80s"),
         (["--listen", "127.0.0.1:notaport"], 1, "weft server:"),
     ],
-    ids=["unknown-database", "database-down", "bad-duration", "bad-listen"],
+    ids=[
+        "unknown-database",
+        "database-down",
+        "bad-duration",
+        "long-poll-past-the-sdk-timeout",
+        "long-poll-zero",
+        "bad-listen",
+    ],
 )
 def test_bad_settings_give_one_line(args: list[str], code: int, says: str, tmp_path: Path) -> None:
     done = _run(*args, cwd=tmp_path)
