@@ -4,6 +4,7 @@
     .venv/bin/python -m bench.hotpath --inflight 16 --workflows 200 --py-spy
     .venv/bin/python -m bench.hotpath --sqlite
     .venv/bin/python -m bench.hotpath --embed           # one process: weft server --embed
+    .venv/bin/python -m bench.hotpath --perf            # the server's native code (Linux perf)
 
 Starts `weft server` with a `weft decider` and a `weft runner` on
 `bench.workload` (as `make bench` does, on a database of its own; with
@@ -14,6 +15,8 @@ statements it sent and the transactions it committed (its own counters), and on
 PostgreSQL the transactions the database counted (`pg_stat_database`). With
 `--py-spy` (py-spy comes with the bench extra), it also samples the server
 during the timed batch and prints where its CPU went, by layer and by function.
+With `--perf`, Linux perf samples it instead and the split is by native code
+(the interpreter, the kernel, gRPC's core, protobuf, libpq: `bench.native_profile`).
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from typing import Any
 
 import psycopg
 
-from bench import pgdb
+from bench import native_profile, pgdb
 from bench.drive import Batch, Completions, run_batch, sample_hand_offs
 from bench.processes import REPO, Counts, Process
 from bench.rig import WeftNode
@@ -82,6 +85,9 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         spied = target[args.py_spy] if args.py_spy else None
         assert spied is not None or not args.py_spy  # (main refused --embed with another)
         spy = _start_py_spy(spied.pid, log_dir) if spied is not None else None
+        recorded = target[args.perf] if args.perf else None
+        assert recorded is not None or not args.perf
+        perf = native_profile.start(recorded.pid, log_dir) if recorded is not None else None
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
         timed = await batch(args.workflows, "timed")
@@ -92,6 +98,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         xacts = _xacts(args, db_url) - xacts0
         node.check_alive()
         spy_out = _stop_py_spy(spy) if spy is not None else None
+        perf_out = native_profile.stop(perf) if perf is not None else None
         legs, _ = await sample_hand_offs(node.client, timed.workflow_ids)
     finally:
         await node.stop()
@@ -108,6 +115,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "runner_cpu": runner_cpu,
         "xacts": xacts,
         "spy": spy_out,
+        "perf": perf_out,
     }
 
 
@@ -222,6 +230,8 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
         for name, n in spy["functions"].most_common(25):
             lines.append(f"  {100 * n / total:5.1f} %  {name[:110]}")
         lines.append(f"(folded stacks in {spy['file']})")
+    if result["perf"] is not None:
+        lines += native_profile.render(result["perf"], args.perf)
     return "\n".join(lines)
 
 
@@ -249,13 +259,25 @@ def main(argv: list[str] | None = None) -> None:
         choices=("server", "decider", "runner"),
         help="sample this process (default: the server) with py-spy",
     )
+    parser.add_argument(
+        "--perf",
+        nargs="?",
+        const="server",
+        choices=("server", "decider", "runner"),
+        help="sample this process (default: the server) with Linux perf, by native code",
+    )
     args = parser.parse_args(argv)
-    if args.embed and args.py_spy not in (None, "server"):
-        parser.error(f"with --embed the {args.py_spy} runs inside the server: --py-spy server")
+    if args.py_spy and args.perf:
+        parser.error("--py-spy or --perf, not both: each slows what the other measures")
+    sampled = args.py_spy or args.perf
+    if args.embed and sampled not in (None, "server"):
+        parser.error(f"with --embed the {sampled} runs inside the server: sample the server")
     if args.py_spy:
         _py_spy()  # said before anything starts, not after the warm-up
+    if args.perf:
+        native_profile.perf_exe()
     with tempfile.TemporaryDirectory(prefix="weft-hotpath-") as tmp:
-        log_dir = Path(tmp) if not args.py_spy else Path(tempfile.mkdtemp(prefix="weft-spy-"))
+        log_dir = Path(tmp) if not sampled else Path(tempfile.mkdtemp(prefix="weft-spy-"))
         result = asyncio.run(profile(args, log_dir))
     print(render(result, args))
 
