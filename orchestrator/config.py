@@ -14,9 +14,11 @@ FOLDED_POLL = 1.0
 (`ServiceSettings.folded_poll` says why so short)."""
 
 LONG_POLL_MAX = POLL_TIMEOUT.total_seconds() - 10.0
-"""The longest `--long-poll`: a poll must end, with room for the network, before
-the SDK gives up on it (`sdk.client.POLL_TIMEOUT`); a task handed to a poll
-nobody waits for any more would sit started until its start-to-close timeout."""
+"""The longest `--long-poll`: an idle poll ends with an empty answer, with room
+for the network, before the SDK's deadline for it (`sdk.client.POLL_TIMEOUT`).
+Past that, every idle poll would end at the deadline instead (DEADLINE_EXCEEDED
+in the worker, CANCELLED in the server's metrics), and a task handed over just
+as the deadline fell would go with the cut call, started, until its timeout."""
 
 DEFAULT_DB = "sqlite:///weft.db"
 DEFAULT_LISTEN = "127.0.0.1:7400"
