@@ -252,23 +252,17 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the decider and runner inside the server (weft server --embed bench.workload)",
     )
-    parser.add_argument(
-        "--py-spy",
-        nargs="?",
-        const="server",
-        choices=("server", "decider", "runner"),
-        help="sample this process (default: the server) with py-spy",
-    )
-    parser.add_argument(
-        "--perf",
-        nargs="?",
-        const="server",
-        choices=("server", "decider", "runner"),
-        help="sample this process (default: the server) with Linux perf, by native code",
-    )
+    # One sampler at a time: each slows what the other would measure.
+    samplers = parser.add_mutually_exclusive_group()
+    for flag, tool in (("--py-spy", "py-spy"), ("--perf", "Linux perf, by native code")):
+        samplers.add_argument(
+            flag,
+            nargs="?",
+            const="server",
+            choices=("server", "decider", "runner"),
+            help=f"sample this process (default: the server) with {tool}",
+        )
     args = parser.parse_args(argv)
-    if args.py_spy and args.perf:
-        parser.error("--py-spy or --perf, not both: each slows what the other measures")
     sampled = args.py_spy or args.perf
     if args.embed and sampled not in (None, "server"):
         parser.error(f"with --embed the {sampled} runs inside the server: sample the server")
