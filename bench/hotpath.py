@@ -94,11 +94,13 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         cpu = node.server.cpu() - cpu0
         decider_cpu, runner_cpu = _cpu(node.decider) - decider0, _cpu(node.runner) - runner0
         counts = node.server.counts() - counts0
+        # The samplers stop with the timed batch: what comes after is idle time.
+        spy_out = _stop_py_spy(spy) if spy is not None else None
+        if perf is not None:
+            native_profile.stop(perf)
         await asyncio.sleep(1.2)  # PostgreSQL publishes its counters about every second
         xacts = _xacts(args, db_url) - xacts0
         node.check_alive()
-        spy_out = _stop_py_spy(spy) if spy is not None else None
-        perf_out = native_profile.stop(perf) if perf is not None else None
         legs, _ = await sample_hand_offs(node.client, timed.workflow_ids)
     finally:
         await node.stop()
@@ -115,7 +117,8 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "runner_cpu": runner_cpu,
         "xacts": xacts,
         "spy": spy_out,
-        "perf": perf_out,
+        # (perf's reports take seconds: read once the processes are gone)
+        "perf": native_profile.summarise(perf) if perf is not None else None,
     }
 
 
@@ -166,7 +169,7 @@ def _stop_py_spy(spy: tuple[subprocess.Popen[bytes], Path]) -> dict[str, Any]:
     # \x1c or \x85 that a sampled frame's text may hold
     for line in out.read_text(errors="replace").split("\n"):
         stack, _, count = line.rpartition(" ")
-        if not count.isdigit():
+        if not count.isdecimal():
             continue
         frames = stack.split(";")
         leaf = frames[-1]
@@ -266,12 +269,15 @@ def main(argv: list[str] | None = None) -> None:
     sampled = args.py_spy or args.perf
     if args.embed and sampled not in (None, "server"):
         parser.error(f"with --embed the {sampled} runs inside the server: sample the server")
+    if sampled and args.server_workers > 1:
+        # (The pid at hand is the supervisor's, which serves no call.)
+        parser.error("a sampler watches one process: not with --server-workers")
     if args.py_spy:
         _py_spy()  # said before anything starts, not after the warm-up
     if args.perf:
         native_profile.perf_exe()
     with tempfile.TemporaryDirectory(prefix="weft-hotpath-") as tmp:
-        log_dir = Path(tmp) if not sampled else Path(tempfile.mkdtemp(prefix="weft-spy-"))
+        log_dir = Path(tmp) if not sampled else Path(tempfile.mkdtemp(prefix="weft-profile-"))
         result = asyncio.run(profile(args, log_dir))
     print(render(result, args))
 

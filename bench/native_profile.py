@@ -14,12 +14,14 @@ from __future__ import annotations
 import shutil
 import signal
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
 # What a shared object's name says it is; the first match wins.
 PARTS = (
     ("libpython", "Python interpreter"),
+    ("python3", "Python interpreter"),  # (an executable with the interpreter linked in)
     ("[kernel", "kernel"),
     ("cygrpc", "gRPC core"),
     ("_message", "protobuf"),
@@ -33,12 +35,24 @@ PARTS = (
     ("_greenlet", "greenlet"),
 )
 FREQUENCY = 999  # samples a second: off the timer's beat
+STARTUP = 0.5  # seconds for perf to attach, or to fail to
+
+
+@dataclass
+class Recording:
+    """A `perf record` under way, or done: its process, data file and output."""
+
+    proc: subprocess.Popen[bytes]
+    data: Path
+    log: Path
 
 
 @dataclass
 class NativeProfile:
-    """Shares of the samples, in percent."""
+    """Shares of the samples, in percent, and what perf sampled (`cpu-clock`,
+    `cycles`, with `:u` when it could see user space only)."""
 
+    event: str = ""
     parts: dict[str, float] = field(default_factory=dict)
     threads: dict[str, float] = field(default_factory=dict)
     symbols: list[tuple[float, str]] = field(default_factory=list)
@@ -46,6 +60,7 @@ class NativeProfile:
 
 
 def perf_exe() -> str:
+    """Where `perf` is, or a SystemExit that says how to get it."""
     exe = shutil.which("perf")
     if exe is None:
         raise SystemExit(
@@ -54,42 +69,71 @@ def perf_exe() -> str:
     return exe
 
 
-def start(pid: int, log_dir: Path) -> tuple[subprocess.Popen[bytes], Path]:
-    out = log_dir / "perf.data"
-    proc = subprocess.Popen(
-        [perf_exe(), "record", "-F", str(FREQUENCY), "-p", str(pid), "-o", str(out)],
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
-    return proc, out
+def start(pid: int, log_dir: Path) -> Recording:
+    """Sample process `pid` (all its threads) until `stop`; a perf that cannot
+    (not permitted, no such process) is a SystemExit now, not an empty profile
+    after the run."""
+    data, log = log_dir / "perf.data", log_dir / "perf.log"
+    argv = [perf_exe(), "record", "-F", str(FREQUENCY), "-p", str(pid), "-o", str(data)]
+    with log.open("wb") as err:  # (perf holds its own copy of the file)
+        recording = Recording(
+            subprocess.Popen(argv, stdout=subprocess.DEVNULL, stderr=err), data, log
+        )
+    time.sleep(STARTUP)
+    if recording.proc.poll() is not None:
+        raise SystemExit(f"bench.hotpath: perf record failed: {_tail(recording.log)}")
+    return recording
 
 
-def stop(recording: tuple[subprocess.Popen[bytes], Path]) -> NativeProfile:
-    proc, out = recording
-    proc.send_signal(signal.SIGINT)  # perf writes its file out and exits
-    proc.wait(timeout=60)
-    if not out.exists():
-        raise SystemExit(f"bench.hotpath: perf recorded nothing (exit code {proc.returncode})")
+def stop(recording: Recording) -> None:
+    """End the recording (perf writes its file out on SIGINT)."""
+    recording.proc.send_signal(signal.SIGINT)
+    recording.proc.wait(timeout=60)
+    if not recording.data.exists() or recording.data.stat().st_size == 0:
+        raise SystemExit(
+            f"bench.hotpath: perf recorded nothing (exit code {recording.proc.returncode}):"
+            f" {_tail(recording.log)}"
+        )
+
+
+def summarise(recording: Recording) -> NativeProfile:
+    """The stopped recording's shares by native code, thread and symbol."""
+    data = recording.data
     parts: dict[str, float] = {}
-    for share, name in read_report(_report(out, "dso")):
+    for share, name in read_report(_perf(data, "report", "--sort", "dso")):
         part = next((label for marker, label in PARTS if marker in name), "other")
         parts[part] = parts.get(part, 0.0) + share
     threads: dict[str, float] = {}
-    for share, name in read_report(_report(out, "comm")):
+    for share, name in read_report(_perf(data, "report", "--sort", "comm")):
         threads[name] = threads.get(name, 0.0) + share
-    symbols = read_report(_report(out, "sym"))[:25]
-    return NativeProfile(parts, threads, symbols, str(out))
+    symbols = read_report(_perf(data, "report", "--sort", "sym"))[:25]
+    event = _perf(data, "evlist").strip().replace("\n", ", ")
+    return NativeProfile(event, parts, threads, symbols, str(data))
 
 
-def _report(data: Path, key: str) -> str:
+def _perf(data: Path, command: str, *args: str) -> str:
     done = subprocess.run(
-        [perf_exe(), "report", "-i", str(data), "--sort", key, "--stdio"],
+        [
+            perf_exe(),
+            command,
+            "-i",
+            str(data),
+            *args,
+            *(["--stdio"] if command == "report" else []),
+        ],
         capture_output=True,
         text=True,
-        timeout=120,
+        timeout=300,
         check=False,
     )
+    if done.returncode != 0:
+        raise SystemExit(f"bench.hotpath: perf {command} failed: {done.stderr.strip()[-500:]}")
     return done.stdout
+
+
+def _tail(log: Path) -> str:
+    text = log.read_text(errors="replace").strip() if log.exists() else ""
+    return text[-500:] or "(it said nothing)"
 
 
 def read_report(text: str) -> list[tuple[float, str]]:
@@ -109,7 +153,7 @@ def read_report(text: str) -> list[tuple[float, str]]:
 
 
 def render(profile: NativeProfile, process: str) -> list[str]:
-    lines = ["", f"{process} CPU by native code (perf samples):"]
+    lines = ["", f"{process} CPU by native code (perf samples of {profile.event}):"]
     for name, share in sorted(profile.parts.items(), key=lambda kv: -kv[1]):
         lines.append(f"  {name:<24}{share:6.1f} %")
     lines += ["", "by thread name:"]

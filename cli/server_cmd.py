@@ -22,6 +22,7 @@ from orchestrator.config import (
     DEFAULT_LISTEN,
     FOLDED_POLL,
     LONG_POLL_MAX,
+    LONG_POLL_MIN,
     ServerConfig,
 )
 from orchestrator.engine.limits import SETTABLE, Limits
@@ -77,7 +78,8 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     type=DURATION,
     default="60s",
     show_default=True,
-    help=f"how long a poll waits before an empty answer (1s to {LONG_POLL_MAX:g}s)",
+    help=f"how long a poll waits before an empty answer ({LONG_POLL_MIN:g}s to"
+    f" {LONG_POLL_MAX:g}s)",
 )
 @click.option(
     "--folded-poll",
@@ -284,10 +286,10 @@ def server(
             err=True,
         )
         sys.exit(2)
-    if not 1 <= long_poll.total_seconds() <= LONG_POLL_MAX:
+    if not LONG_POLL_MIN <= long_poll.total_seconds() <= LONG_POLL_MAX:
         click.echo(
-            f"weft server: --long-poll must be from 1s to {LONG_POLL_MAX:g}s (workers give up"
-            f" on a poll after {POLL_TIMEOUT.total_seconds():g}s)",
+            f"weft server: --long-poll must be from {LONG_POLL_MIN:g}s to {LONG_POLL_MAX:g}s"
+            f" (workers give up on a poll after {POLL_TIMEOUT.total_seconds():g}s)",
             err=True,
         )
         sys.exit(2)

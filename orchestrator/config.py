@@ -13,6 +13,10 @@ FOLDED_POLL = 1.0
 """Seconds a poll folded into a worker's answer waits for a task by default
 (`ServiceSettings.folded_poll` says why so short)."""
 
+LONG_POLL_MIN = 0.1
+"""The shortest `--long-poll`: an idle worker's slot then asks again at most ten
+times a second (with no wait at all it would ask without pause)."""
+
 LONG_POLL_MAX = POLL_TIMEOUT.total_seconds() - 10.0
 """The longest `--long-poll`: an idle poll ends with an empty answer, with room
 for the network, before the SDK's deadline for it (`sdk.client.POLL_TIMEOUT`).
