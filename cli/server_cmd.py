@@ -78,8 +78,7 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     type=DURATION,
     default="60s",
     show_default=True,
-    help=f"how long a poll waits before an empty answer ({LONG_POLL_MIN:g}s to"
-    f" {LONG_POLL_MAX:g}s)",
+    help=f"how long a poll waits before an empty answer ({LONG_POLL_MIN:g}s to {LONG_POLL_MAX:g}s)",
 )
 @click.option(
     "--folded-poll",
