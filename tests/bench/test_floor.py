@@ -81,8 +81,11 @@ async def test_the_floor_beside_a_weft_batch_is_paced_to_its_rpcs(
         figures = await floor.figures(address, "t", 4, 1.0, 0.2, server.cpu, weft, 0.25)
     finally:
         server.stop()
-    assert 70 <= figures["floor.calls_per_s"] <= 110  # 40 activities/s x 2.5 RPCs
+    # The pace is a ceiling (40 activities/s x 2.5 RPCs = 100 calls/s): a loaded
+    # machine may fall short of it (53 in one full `make test`), never pass it.
+    assert 20 <= figures["floor.calls_per_s"] <= 110
     assert figures["floor.unpaced_calls_per_s"] > 200  # (hundreds even on a slow day)
+    assert figures["floor.calls_per_s"] < figures["floor.unpaced_calls_per_s"] / 2
 
 
 def test_weft_is_compared_with_the_paced_floor_at_its_rpcs_per_activity() -> None:
