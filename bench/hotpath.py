@@ -165,18 +165,22 @@ def _stop_py_spy(spy: tuple[subprocess.Popen[bytes], Path]) -> dict[str, Any]:
     proc.wait(timeout=30)
     layers: collections.Counter[str] = collections.Counter()
     functions: collections.Counter[str] = collections.Counter()
-    # split on newlines only: str.splitlines() also breaks on characters such as
-    # \x1c or \x85 that a sampled frame's text may hold
-    for line in out.read_text(errors="replace").split("\n"):
-        stack, _, count = line.rpartition(" ")
-        if not count.isdecimal():
-            continue
-        frames = stack.split(";")
-        leaf = frames[-1]
-        n = int(count)
-        functions[leaf] += n
+    for frames, n in read_folded(out.read_text(errors="replace")):
+        functions[frames[-1]] += n
         layers[_layer(frames)] += n
     return {"layers": layers, "functions": functions, "file": str(out)}
+
+
+def read_folded(text: str) -> list[tuple[list[str], int]]:
+    """py-spy's folded stacks as (frames, outermost first; samples). Split on
+    newlines only: `str.splitlines` also breaks on characters such as \\x1c or
+    \\x85 that a sampled frame's text may hold; a row without its count is skipped."""
+    rows: list[tuple[list[str], int]] = []
+    for line in text.split("\n"):
+        stack, _, count = line.rpartition(" ")
+        if count.isdecimal():
+            rows.append((stack.split(";"), int(count)))
+    return rows
 
 
 def _layer(frames: list[str]) -> str:

@@ -84,3 +84,26 @@ def test_a_process_perf_cannot_watch_is_said_at_once(tmp_path: Path) -> None:
     gone.wait()  # (its pid names no process now)
     with pytest.raises(SystemExit, match="perf record failed"):
         native_profile.start(gone.pid, tmp_path)
+
+
+def test_a_recording_that_wrote_nothing_is_said(tmp_path: Path) -> None:
+    # (No perf needed: a process that stands in for it and writes no data file.)
+    stand_in = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(30)"])
+    log = tmp_path / "perf.log"
+    log.write_text("failed to open the events\n")
+    recording = native_profile.Recording(stand_in, tmp_path / "perf.data", log)
+    with pytest.raises(SystemExit, match=r"perf recorded nothing.*failed to open the events"):
+        native_profile.stop(recording)
+    assert stand_in.returncode is not None  # (stopped, not left behind)
+
+
+def test_a_report_perf_cannot_read_is_said(tmp_path: Path) -> None:
+    if shutil.which("perf") is None:
+        pytest.skip("Linux perf is not installed (Debian: linux-perf)")
+    data = tmp_path / "perf.data"
+    data.write_bytes(b"not a perf file")
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    recording = native_profile.Recording(done, data, tmp_path / "perf.log")
+    with pytest.raises(SystemExit, match="perf report failed"):
+        native_profile.summarise(recording)
