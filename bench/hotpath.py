@@ -5,6 +5,7 @@
     .venv/bin/python -m bench.hotpath --sqlite
     .venv/bin/python -m bench.hotpath --embed           # one process: weft server --embed
     .venv/bin/python -m bench.hotpath --perf            # the server's native code (Linux perf)
+    .venv/bin/python -m bench.hotpath --census          # the server's loop: wake-ups, tasks
 
 Starts `weft server` with a `weft decider` and a `weft runner` on
 `bench.workload` (as `make bench` does, on a database of its own; with
@@ -16,7 +17,10 @@ PostgreSQL the transactions the database counted (`pg_stat_database`). With
 `--py-spy` (py-spy comes with the bench extra), it also samples the server
 during the timed batch and prints where its CPU went, by layer and by function.
 With `--perf`, Linux perf samples it instead and the split is by native code
-(the interpreter, the kernel, gRPC's core, protobuf, libpq: `bench.native_profile`).
+(the interpreter, the kernel, gRPC's core, protobuf, libpq:
+`bench.native_profile`). With `--census`, the process runs with its event loop
+instrumented, and the bench prints per activity how often the loop went idle
+and what woke it, the callbacks it ran and the tasks made (`bench.loop_census`).
 """
 
 from __future__ import annotations
@@ -24,7 +28,10 @@ from __future__ import annotations
 import argparse
 import asyncio
 import collections
+import json
+import os
 import shutil
+import signal
 import subprocess
 import tempfile
 import time
@@ -35,7 +42,7 @@ import psycopg
 
 from bench import native_profile, pgdb
 from bench.drive import Batch, Completions, run_batch, sample_hand_offs
-from bench.processes import REPO, Counts, Process
+from bench.processes import PYTHON, REPO, Counts, Process
 from bench.rig import WeftNode
 from bench.stats import percentile
 
@@ -62,8 +69,16 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
     else:
         pgdb.recreate(args.postgres, DATABASE)
         db_url = pgdb.url(args.postgres, DATABASE)
+    # (instrumented from its start: the loop's classes are patched before it is made)
+    launchers = {args.census: [PYTHON, "-m", "bench.loop_census", str(log_dir)]}
     node = await WeftNode.start(
-        "hotpath", db_url, log_dir, "warning", args.server_workers, embed=args.embed
+        "hotpath",
+        db_url,
+        log_dir,
+        "warning",
+        args.server_workers,
+        embed=args.embed,
+        launchers=launchers if args.census else None,
     )
     completions = await Completions.open()
 
@@ -88,6 +103,10 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         recorded = target[args.perf] if args.perf else None
         assert recorded is not None or not args.perf
         perf = native_profile.start(recorded.pid, log_dir) if recorded is not None else None
+        counted = target[args.census] if args.census else None
+        assert counted is not None or not args.census
+        if counted is not None:
+            os.kill(counted.pid, signal.SIGUSR1)  # (the warm-up's counts are dropped)
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
         timed = await batch(args.workflows, "timed")
@@ -98,6 +117,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         spy_out = _stop_py_spy(spy) if spy is not None else None
         if perf is not None:
             native_profile.stop(perf)
+        census = await _census(counted, log_dir) if counted is not None else None
         await asyncio.sleep(1.2)  # PostgreSQL publishes its counters about every second
         xacts = _xacts(args, db_url) - xacts0
         node.check_alive()
@@ -117,9 +137,24 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "runner_cpu": runner_cpu,
         "xacts": xacts,
         "spy": spy_out,
+        "census": census,
         # (perf's reports take seconds: read once the processes are gone)
         "perf": native_profile.summarise(perf) if perf is not None else None,
     }
+
+
+async def _census(proc: Process, log_dir: Path) -> dict[str, Any]:
+    """The process's loop counts since SIGUSR1 (`bench.loop_census`)."""
+    path = log_dir / f"census.{proc.pid}.json"
+    os.kill(proc.pid, signal.SIGUSR2)
+    for _ in range(100):
+        if path.exists():
+            counts: dict[str, Any] = json.loads(path.read_text())
+            counts["file"] = str(path)
+            return counts
+        proc.check_alive()
+        await asyncio.sleep(0.1)
+    raise SystemExit(f"bench.hotpath: {proc.name} wrote no census to {path} within 10 s")
 
 
 def _cpu(proc: Process | None) -> float:
@@ -239,7 +274,37 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
         lines.append(f"(folded stacks in {spy['file']})")
     if result["perf"] is not None:
         lines += native_profile.render(result["perf"], args.perf)
+    if result["census"] is not None:
+        lines += render_census(result["census"], acts, args.census)
     return "\n".join(lines)
+
+
+def render_census(census: dict[str, Any], activities: int, process: str) -> list[str]:
+    """The loop's counts per activity, each group's largest first."""
+
+    def per(n: float) -> str:
+        return f"{n / activities:8.2f}"
+
+    def top(counts: dict[str, int], n: int) -> list[str]:
+        ranked = sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))
+        rows = [f"    {name[:60]:<60}{per(count)}" for name, count in ranked[:n]]
+        rest = sum(count for _, count in ranked[n:])
+        return rows + ([f"    {'(the others)':<60}{per(rest)}"] if rest else [])
+
+    return [
+        "",
+        f"the {process}'s event loop per activity (bench.loop_census; its times are not"
+        " the run's):",
+        f"  {'loop iterations':<62}{per(census['selects'])}",
+        f"  {'  of which idle, until woken':<62}{per(census['waits'])}",
+        f"  {'ready descriptors, by their callback':<62}{per(sum(census['woken_by'].values()))}",
+        *top(census["woken_by"], 6),
+        f"  {'callbacks run':<62}{per(sum(census['callbacks'].values()))}",
+        *top(census["callbacks"], 10),
+        f"  {'tasks created':<62}{per(sum(census['tasks'].values()))}",
+        *top(census["tasks"], 6),
+        f"(counts in {census['file']})",
+    ]
 
 
 def _p(values: list[float]) -> str:
@@ -261,6 +326,13 @@ def main(argv: list[str] | None = None) -> None:
     )
     # One sampler at a time: each slows what the other would measure.
     samplers = parser.add_mutually_exclusive_group()
+    samplers.add_argument(
+        "--census",
+        nargs="?",
+        const="server",
+        choices=("server", "decider", "runner"),
+        help="count this process's event loop work per activity (default: the server)",
+    )
     for flag, tool in (("--py-spy", "py-spy"), ("--perf", "Linux perf, by native code")):
         samplers.add_argument(
             flag,
@@ -270,7 +342,7 @@ def main(argv: list[str] | None = None) -> None:
             help=f"sample this process (default: the server) with {tool}",
         )
     args = parser.parse_args(argv)
-    sampled = args.py_spy or args.perf
+    sampled = args.py_spy or args.perf or args.census
     if args.embed and sampled not in (None, "server"):
         parser.error(f"with --embed the {sampled} runs inside the server: sample the server")
     if sampled and args.server_workers > 1:

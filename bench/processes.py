@@ -178,6 +178,12 @@ class Process:
         self.log_path = log_dir / f"{name}.log"
         self.proc: subprocess.Popen[bytes] | None = None
 
+    def run_under(self, launcher: list[str]) -> None:
+        """Start the command through `launcher` (which then runs `weft …`
+        itself): `bench.loop_census`. Before `start`."""
+        assert self.proc is None and self.argv[0] == WEFT
+        self.argv = [*launcher, "weft", *self.argv[1:]]
+
     def start(self, *, stdin: int = subprocess.DEVNULL, stdout: int | None = None) -> Process:
         # cwd: `bench.workload` imports from the checkout
         self.proc = spawn(self.argv, self.log_path, cwd=REPO, stdin=stdin, stdout=stdout)

@@ -54,7 +54,11 @@ class WeftNode:
         server_workers: int = 1,
         secured: Secured | None = None,
         embed: bool = False,
+        launchers: dict[str, list[str]] | None = None,
     ) -> WeftNode:
+        """`launchers`: by role ("server", "decider", "runner"), a launcher to
+        start that process through (`Process.run_under`)."""
+        launch = launchers or {}
         extra: tuple[str, ...] = ("--workers", str(server_workers)) if server_workers > 1 else ()
         if embed:
             extra += ("--embed", "bench.workload", "--embed-concurrency", RUNNER_CONCURRENCY)
@@ -65,6 +69,8 @@ class WeftNode:
         server = WeftServer(
             f"{name}-server", db_url, log_dir, log_level, extra, secured.ca if secured else ""
         )
+        if "server" in launch:
+            server.run_under(launch["server"])
         server.start()
         await server.wait_serving()
         client = AsyncClient(
@@ -77,23 +83,20 @@ class WeftNode:
         if embed:
             return cls(server, None, None, client, db_url)
         common = [*worker_args, "--task-list", TASK_LIST, "bench.workload"]
-        decider = weft_worker(
-            "decider",
-            f"{name}-decider",
-            server.address,
-            ["--concurrency", DECIDER_CONCURRENCY, *common],
-            log_dir,
-            log_level,
-        ).start()
-        runner = weft_worker(
-            "runner",
-            f"{name}-runner",
-            server.address,
-            ["--concurrency", RUNNER_CONCURRENCY, *common],
-            log_dir,
-            log_level,
-        ).start()
-        return cls(server, decider, runner, client, db_url)
+        workers = {}
+        for role, concurrency in (("decider", DECIDER_CONCURRENCY), ("runner", RUNNER_CONCURRENCY)):
+            worker = weft_worker(
+                role,
+                f"{name}-{role}",
+                server.address,
+                ["--concurrency", concurrency, *common],
+                log_dir,
+                log_level,
+            )
+            if role in launch:
+                worker.run_under(launch[role])
+            workers[role] = worker.start()
+        return cls(server, workers["decider"], workers["runner"], client, db_url)
 
     @property
     def workers(self) -> tuple[Process, ...]:
