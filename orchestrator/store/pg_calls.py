@@ -211,6 +211,9 @@ async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bo
     def wake(readable: bool) -> None:
         if not ready.done():
             ready.set_result(readable)
+            # At once, not when the waiting task resumes: the loop's next select
+            # comes first, and would report the socket (still unread) again.
+            _forget(loop, fd, write)
 
     loop.add_reader(fd, wake, True)
     if write:
@@ -218,9 +221,14 @@ async def _ready(loop: asyncio.AbstractEventLoop, fd: int, *, write: bool) -> bo
     try:
         return await ready
     finally:
-        loop.remove_reader(fd)
-        if write:
-            loop.remove_writer(fd)
+        if ready.cancelled() or not ready.done():  # (`wake` never ran)
+            _forget(loop, fd, write)
+
+
+def _forget(loop: asyncio.AbstractEventLoop, fd: int, write: bool) -> None:
+    loop.remove_reader(fd)
+    if write:
+        loop.remove_writer(fd)
 
 
 def _text(value: Param) -> bytes | None:

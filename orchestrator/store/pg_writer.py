@@ -226,8 +226,7 @@ class PgWriter:
         outcome and error."""
         try:
             if len(group) == 1:
-                alone = self._write_alone(group[0])
-                outcomes = list(await asyncio.gather(alone, return_exceptions=True))
+                outcomes = [await self._outcome_alone(group[0])]
             else:
                 outcomes = await self._try_group(group)
         except BaseException as exc:
@@ -273,6 +272,14 @@ class PgWriter:
         for i, ok in zip(order, written, strict=True):
             outcomes[i] = ok
         return outcomes
+
+    async def _outcome_alone(self, queued: _Queued) -> bool | BaseException:
+        """`_write_alone`'s outcome, its error as a value (as a group's are):
+        awaited in the group's own task, not in one made for it."""
+        try:
+            return await self._write_alone(queued)
+        except Exception as exc:
+            return exc
 
     async def _write_alone(self, queued: _Queued, *, after_loss: bool = False) -> bool:
         """One write in a transaction of its own, retried while the database

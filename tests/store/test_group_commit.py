@@ -147,6 +147,32 @@ async def test_a_group_commits_its_writes_together(
         assert await _signals(run, "go") == 1
 
 
+async def test_a_write_that_waits_alone_keeps_its_own_outcome(
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A write queued behind a busy committer with none other is done alone, in
+    the committer's own task: its refusal (here, a start of a workflow id whose
+    run is open) is its own, and the committer is free again after it."""
+    runs = await _started(stub, 2)
+    grouping = Grouping(_writer(server), monkeypatch)
+    held = asyncio.ensure_future(_signal(stub, runs[0], "go"))
+    await asyncio.wait_for(grouping.reached.wait(), 10)
+    twin = Driver(stub)
+    twin.workflow_id = runs[1].workflow_id
+    refused = asyncio.ensure_future(twin.start())
+    await wait_until(lambda: _now(len(grouping.hot._queue) == 1))
+    grouping.gate.set()
+    await held
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        await refused
+    assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS, info.value
+    assert grouping.groups == []  # (alone: not a pipeline)
+    await _signal(stub, runs[1], "after")
+    assert await _signals(runs[0], "go") == 1
+    assert await _signals(runs[1], "after") == 1
+    await wait_until(lambda: _now(grouping.hot._busy == 0))
+
+
 async def test_a_group_that_fails_is_written_again_one_by_one(
     server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
 ) -> None:

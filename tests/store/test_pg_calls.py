@@ -6,6 +6,9 @@ psycopg raises them (the writer maps them by class and constraint)."""
 from __future__ import annotations
 
 import asyncio
+import collections
+import selectors
+import socket
 from collections.abc import AsyncIterator, Callable
 from datetime import datetime
 from typing import Any
@@ -308,3 +311,56 @@ async def test_a_pipeline_s_booleans_come_back_in_the_calls_order(
     values = [3, -1, 5, 0, -2, 8]
     calls = [(b"t_positive", pg_calls.encode([v])) for v in values]
     assert await pg_calls.call_all(conn, calls) == [v > 0 for v in values]
+
+
+async def test_the_loop_stops_watching_the_socket_when_the_wait_ends() -> None:
+    """`_ready` watches the socket for one wait: woken (readable, or writable
+    when asked) or cancelled, it leaves nothing registered with the loop, which
+    would otherwise call a finished wait again and keep reporting the socket."""
+    loop = asyncio.get_running_loop()
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        fd = ours.fileno()
+        readable = asyncio.ensure_future(pg_calls._ready(loop, fd, write=False))
+        await asyncio.sleep(0.05)
+        assert not readable.done()
+        theirs.send(b"x")
+        assert await asyncio.wait_for(readable, 5) is True
+        assert not loop.remove_reader(fd)  # (False: nothing was registered)
+        ours.recv(1)  # (nothing left to read)
+
+        # A socket with room to send is writable at once: woken with False.
+        assert await asyncio.wait_for(pg_calls._ready(loop, fd, write=True), 5) is False
+        assert not loop.remove_reader(fd) and not loop.remove_writer(fd)
+
+        cancelled = asyncio.ensure_future(pg_calls._ready(loop, fd, write=False))
+        await asyncio.sleep(0.05)
+        cancelled.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await cancelled
+        assert not loop.remove_reader(fd)
+
+
+def test_a_woken_wait_is_not_reported_again() -> None:
+    """Woken, `_ready` stops watching the socket at once, not when its waiter
+    resumes: the loop's next select comes before that, and would report the
+    socket (still unread) once more for nothing, at every wait of every call."""
+    reported: collections.Counter[int] = collections.Counter()
+
+    class Counting(selectors.DefaultSelector):
+        def select(self, timeout: float | None = None) -> Any:
+            ready = super().select(timeout)
+            reported.update(key.fd for key, _ in ready)
+            return ready
+
+    loop = asyncio.SelectorEventLoop(Counting())
+    ours, theirs = socket.socketpair()
+    try:
+        theirs.send(b"x")  # (left unread throughout)
+        assert loop.run_until_complete(pg_calls._ready(loop, ours.fileno(), write=False))
+        loop.run_until_complete(asyncio.sleep(0.01))  # (a few more turns of the loop)
+        assert reported[ours.fileno()] == 1
+    finally:
+        loop.close()
+        ours.close()
+        theirs.close()
