@@ -32,6 +32,7 @@ from orchestrator.engine.errors import InvalidArgument, Unavailable
 
 from . import pg_calls
 from .notices import read_tasks_added, tasks_added
+from .pending import Pending, settle
 from .rows import DbStats, naive
 from .writes import Candidate, Conflict, RunWrite
 
@@ -175,9 +176,11 @@ class PgWriter:
 
     # -- the write --------------------------------------------------------------------
 
-    async def write(self, w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> bool:
-        """Apply `w` if the run is still at `w.version` (or, new, does not exist);
-        False if another writer came first. Conflict when a unique key was taken
+    def submit(self, w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> Pending[bool]:
+        """Apply `w` if the run is still at `w.version` (or, new, does not exist):
+        the outcome comes to the `Pending` returned, True, or False if another
+        writer came first; the write goes on to its end if the caller is
+        cancelled meanwhile. Conflict when a unique key was taken
         (an open run of the workflow id, a request id); Unavailable when the
         database could not be reached or the outcome of the call is unknown.
 
@@ -186,20 +189,25 @@ class PgWriter:
         one to end takes everything queued (up to `GROUP_SIZE`) as one
         transaction in one round trip (`pg_calls.call_all`): what the server
         and the database spend per round trip and per commit is then shared.
-        A write that finds a committer free goes alone, at once, as before.
-        Without `grouping`, every write goes alone.
+        A write that finds a committer free goes alone, at once, in a task of
+        its own. Without `grouping`, every write goes alone.
         """
         queued = _Queued(w, links, *_call_of(w, links))
         if self._busy < COMMITTERS or not self._grouping:
             self._busy += 1
             self._all_done.clear()
-            try:
-                return await self._write_alone(queued)
-            finally:
-                self._next_group()
-        queued.outcome = asyncio.get_running_loop().create_future()
-        self._queue.append(queued)
-        return await queued.outcome
+            queued.pending.task = asyncio.ensure_future(self._write_first(queued))
+        else:
+            self._queue.append(queued)  # (settled by the group that takes it)
+        return queued.pending
+
+    async def _write_first(self, queued: _Queued) -> None:
+        """A write that found a committer free: alone, then the committer takes
+        what queued meanwhile."""
+        try:
+            await settle(queued.pending, self._write_alone(queued))
+        finally:
+            self._next_group()
 
     def _next_group(self) -> None:
         """A committer is free: give it the queued writes, or let it go."""
@@ -353,10 +361,9 @@ class PgWriter:
 
 
 class _Queued:
-    """One write on its way: its prepared call, and (while it waits for a
-    committer) the future its outcome is settled on."""
+    """One write on its way: its prepared call, and the outcome its caller waits for."""
 
-    __slots__ = ("encoded", "events", "links", "outcome", "statement", "w")
+    __slots__ = ("encoded", "events", "links", "pending", "statement", "w")
 
     def __init__(
         self,
@@ -368,16 +375,14 @@ class _Queued:
     ) -> None:
         self.w, self.links, self.statement, self.encoded = w, links, statement, encoded
         self.events = events
-        self.outcome: asyncio.Future[bool] | None = None
+        self.pending: Pending[bool] = Pending()
 
     def settle(self, outcome: bool | BaseException) -> None:
-        future = self.outcome
-        if future is None or future.done():
-            return
+        """(Once: what comes after the first outcome is dropped.)"""
         if isinstance(outcome, BaseException):
-            future.set_exception(outcome)
+            self.pending.fail(outcome)
         else:
-            future.set_result(outcome)
+            self.pending.end(outcome)
 
 
 def _with_notices_distinct(group: list[_Queued]) -> list[tuple[bytes, pg_calls.Encoded]]:

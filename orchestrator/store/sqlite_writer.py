@@ -32,6 +32,7 @@ from sqlalchemy.exc import DBAPIError, IntegrityError
 from orchestrator.engine.errors import Unavailable
 
 from . import dialect
+from .pending import Pending, drive
 from .reads import StoreBase
 from .rows import event_rows, naive, task_rows
 from .schema import deadlines, history_events, request_ids, runs, tasks
@@ -97,7 +98,7 @@ class _Connection:
     async def call(self, work: Callable[[sqlite3.Connection], T], sql: str | None) -> T:
         """`work(connection)` in the thread. A cancelled caller does not stop
         it: the store waits for a write's outcome (`_retrying`,
-        `_seen_through`). SQLite's errors come back as SQLAlchemy's (with `sql`
+        `Pending.seen`). SQLite's errors come back as SQLAlchemy's (with `sql`
         in the message), which the store's retries and translation read."""
         if self._closed:
             raise Unavailable("the database is closed")
@@ -220,7 +221,11 @@ class SqliteWriter:
 
     # -- the write ---------------------------------------------------------------------
 
-    async def write(self, w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> bool:
+    def submit(self, w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> Pending[bool]:
+        """Apply `w` (as `PgWriter.submit` does), in a task of its own."""
+        return drive(self._write(w, links))
+
+    async def _write(self, w: RunWrite, links: tuple[str, str, str]) -> bool:
         steps = self._steps(w, links)
 
         def transact(db: sqlite3.Connection) -> bool:

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 import asyncio
 import functools
-from collections.abc import Awaitable, Callable
+from collections.abc import Callable
 from typing import TypeVar, cast
 
 from orchestrator.engine import derived
@@ -240,7 +240,7 @@ class Store(LockedWrites, UpkeepWrites):
             settle = self._hand_off(t, before)
             committed = Committed()
             write = plan(t, before, entry.version, self.node_id, committed, request)
-            ok, cancelled = await _seen_through(self._hot.write(write))
+            ok, cancelled = await self._hot.submit(write).seen()
         except BaseException:
             self.cache.evict(run_id)
             if settle is not None:
@@ -297,7 +297,7 @@ class Store(LockedWrites, UpkeepWrites):
                 settle = self._hand_off(t, before)
                 committed = Committed()
                 write = plan(t, before, 0, self.node_id, committed, request)
-                _, cancelled = await _seen_through(self._hot.write(write))
+                _, cancelled = await self._hot.submit(write).seen()
             except Conflict:
                 if settle is not None:
                     settle(False)
@@ -405,22 +405,3 @@ class Store(LockedWrites, UpkeepWrites):
             h.HistoryEvent.FromString(data)
             for data in await self._hot.events(run_id, first_id, last_id)
         ]
-
-
-async def _seen_through(write: Awaitable[bool]) -> tuple[bool, bool]:
-    """(the write's outcome, whether the caller was cancelled meanwhile).
-
-    A client that goes away cancels its call; but the database finishes a
-    call it was sent, so the write is awaited to its end and settled by what
-    really happened (a task handed over in it, the cache), and the caller's
-    cancellation is raised after that.
-    """
-    task = asyncio.ensure_future(write)
-    cancelled = False
-    while True:
-        try:
-            return await asyncio.shield(task), cancelled
-        except asyncio.CancelledError:
-            if task.cancelled():
-                raise  # the write itself was cancelled: the loop is closing
-            cancelled = True

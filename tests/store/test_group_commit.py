@@ -20,6 +20,7 @@ from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from orchestrator.store import pg_calls, pg_writer
 from orchestrator.store.notices import read_tasks_added
+from orchestrator.store.pending import Pending
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
@@ -171,6 +172,60 @@ async def test_a_write_that_waits_alone_keeps_its_own_outcome(
     assert await _signals(runs[0], "go") == 1
     assert await _signals(runs[1], "after") == 1
     await wait_until(lambda: _now(grouping.hot._busy == 0))
+
+
+@pytest.mark.parametrize("queued", [False, True], ids=["alone", "queued"])
+async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch, queued: bool
+) -> None:
+    """A signal's client gives up (its deadline passes) while the signal's write
+    is under way, alone or waiting for a committer: the server's handler is
+    cancelled, but the write goes on to its end and lands once, and this node's
+    copy of the run agrees (the next signal is written on top of it)."""
+    runs = await _started(stub, 2)
+    grouping = Grouping(_writer(server), monkeypatch)
+    seen_cancelled: list[bool] = []
+    real_seen = Pending.seen
+
+    async def seen(self: Pending[Any]) -> tuple[Any, bool]:
+        outcome = await real_seen(self)
+        seen_cancelled.append(outcome[1])
+        return outcome
+
+    monkeypatch.setattr(Pending, "seen", seen)
+
+    async def gives_up(run: Driver) -> None:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.SignalWorkflow(
+                s.SignalWorkflowRequest(
+                    namespace="default",
+                    execution=c.WorkflowExecution(workflow_id=run.workflow_id),
+                    signal_name="gone",
+                ),
+                timeout=0.3,
+            )
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+
+    first = runs[0]
+    if queued:  # (the committer is held by another write; this one waits for it)
+        held = asyncio.ensure_future(_signal(stub, first, "go"))
+        await asyncio.wait_for(grouping.reached.wait(), 10)
+        gone = asyncio.ensure_future(gives_up(runs[1]))
+        await wait_until(lambda: _now(len(grouping.hot._queue) == 1))
+        await gone
+    else:  # (held itself, at its call)
+        gone = asyncio.ensure_future(gives_up(first))
+        await asyncio.wait_for(grouping.reached.wait(), 10)
+        await gone
+    grouping.gate.set()
+    if queued:
+        await held
+    run = runs[1] if queued else first
+    await wait_until(lambda: _signals(run, "gone"))
+    await _signal(stub, run, "after")
+    assert await _signals(run, "gone") == 1
+    assert await _signals(run, "after") == 1
+    assert True in seen_cancelled, seen_cancelled  # (the handler was cancelled, and saw it through)
 
 
 async def test_a_group_that_fails_is_written_again_one_by_one(

@@ -15,6 +15,7 @@ import pytest
 
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
+from orchestrator.store.pending import Pending
 from orchestrator.store.pg_writer import PgWriter
 from orchestrator.store.writes import RunWrite
 from sdk.api.weft.v1 import common_pb2 as c
@@ -37,13 +38,13 @@ def _writer(node: Server) -> tuple[PgWriter, list[RunWrite]]:
     hot = node._store._hot
     assert isinstance(hot, PgWriter)
     seen: list[RunWrite] = []
-    real = hot.write
+    real = hot.submit
 
-    async def recording(w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> bool:
+    def recording(w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> Pending[bool]:
         seen.append(w)
-        return await real(w, links)
+        return real(w, links)
 
-    hot.write = recording  # type: ignore[method-assign]
+    hot.submit = recording  # type: ignore[method-assign]
     return hot, seen
 
 
