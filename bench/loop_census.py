@@ -74,8 +74,17 @@ def install(directory: Path, census: Census | None = None) -> Census:
     _patch_handles(counted)
     _patch_tasks(counted)
     signal.signal(signal.SIGUSR1, lambda *_: counted.reset())
-    signal.signal(signal.SIGUSR2, lambda *_: write(counted, directory))
+    signal.signal(signal.SIGUSR2, lambda *_: _write_or_say(counted, directory))
     return counted
+
+
+def _write_or_say(census: Census, directory: Path) -> None:
+    # (A signal handler's error is raised wherever the process was, its event
+    # loop likely: the process measured must not die of its census.)
+    try:
+        write(census, directory)
+    except OSError as exc:
+        print(f"bench.loop_census: could not write the census: {exc}", file=sys.stderr)
 
 
 def write(census: Census, directory: Path) -> Path:

@@ -5,41 +5,44 @@ was sent. So the store waits for the write's end even then, settles what hangs
 on it (a task handed over in it, the cached state) by what really happened, and
 raises the caller's cancellation after that.
 
-The writer settles a `Pending` itself, and that wakes the caller directly: no
-task or `asyncio.shield` stands between them. On the hot path that was two
-loop callbacks per write, four for a write that waited for a group commit, and
-a task of its own for the latter (`bench.hotpath --census`).
+The writer settles a `Pending` itself, and that wakes the caller directly. A
+write that runs in a task of its own (`drive`) is settled by the task's done
+callback; one that waits for a group commit has no task, and its group settles
+it. (The store used to run each write in a task awaited through
+`asyncio.shield`: a task, its first step, and three callbacks besides the
+write's own, where a write alone now takes a task, its first step and two
+callbacks, and a write that waits for a group one callback: `bench.hotpath
+--census`.)
 """
 
 from __future__ import annotations
 
 import asyncio
 from collections.abc import Coroutine
+from types import TracebackType
 from typing import Any, Generic, TypeVar, cast
 
 T = TypeVar("T")
 
 
 class Pending(Generic[T]):
-    """The outcome of a write under way. The writer ends it with a result or
-    an error, or abandons it when the write itself was cut off (the loop is
-    closing); its caller waits with `seen`."""
+    """The outcome of a write under way, for its one caller (`seen`). The
+    writer ends it with a result or an error, or abandons it when the write
+    itself was cut off (its task cancelled: the loop is closing). The first
+    outcome stands; what comes after is dropped."""
 
-    __slots__ = ("_abandoned", "_done", "_error", "_result", "_waiter", "task")
+    __slots__ = ("_abandoned", "_done", "_error", "_result", "_traceback", "_waiter", "task")
 
     def __init__(self) -> None:
         self._waiter: asyncio.Future[None] | None = None
         self._done = False
         self._result: T | None = None
         self._error: BaseException | None = None
+        self._traceback: TracebackType | None = None
         self._abandoned = False
-        self.task: asyncio.Task[None] | None = None
-        """The task that drives the write, if one does (held: the loop's own
-        reference to a task is weak)."""
-
-    @property
-    def done(self) -> bool:
-        return self._done
+        self.task: asyncio.Task[T] | None = None
+        """The task that runs the write, if one does (held here: the loop's
+        own reference to a task is weak)."""
 
     def end(self, result: T) -> None:
         if not self._done:
@@ -48,15 +51,25 @@ class Pending(Generic[T]):
 
     def fail(self, error: BaseException) -> None:
         if not self._done:
-            self._done, self._error = True, error
+            # (One error may fail a whole group's writes: each caller raises it
+            # from the traceback it came with, as a future's result does.)
+            self._done, self._error, self._traceback = True, error, error.__traceback__
             self._wake()
 
     def abandon(self) -> None:
-        """The write was cancelled itself, not only its caller: the caller's
-        `seen` raises CancelledError."""
         if not self._done:
             self._done, self._abandoned = True, True
             self._wake()
+
+    def take(self, task: asyncio.Task[T]) -> None:
+        """Settle with how `task` ended: its done callback. (A task cancelled
+        before its first step ran none of its code: only this settles it.)"""
+        if task.cancelled():
+            self.abandon()
+        elif (error := task.exception()) is not None:
+            self.fail(error)
+        else:
+            self.end(task.result())
 
     def _wake(self) -> None:
         waiter = self._waiter
@@ -65,7 +78,7 @@ class Pending(Generic[T]):
 
     async def seen(self) -> tuple[T, bool]:
         """(the write's result, whether the caller was cancelled meanwhile).
-        The write's error is raised as it came; CancelledError if abandoned."""
+        The write's error is raised; CancelledError if the write was abandoned."""
         cancelled = False
         while not self._done:
             self._waiter = asyncio.get_running_loop().create_future()
@@ -77,26 +90,14 @@ class Pending(Generic[T]):
         if self._abandoned:
             raise asyncio.CancelledError
         if self._error is not None:
-            raise self._error
+            raise self._error.with_traceback(self._traceback)
         return cast(T, self._result), cancelled
 
 
 def drive(write: Coroutine[Any, Any, T]) -> Pending[T]:
     """Run `write` in a task of its own, which its caller's cancellation does
-    not reach, and settle its outcome on the `Pending` returned."""
+    not reach, and settle the `Pending` returned with how it ended."""
     pending: Pending[T] = Pending()
-    pending.task = asyncio.ensure_future(settle(pending, write))
+    pending.task = asyncio.ensure_future(write)
+    pending.task.add_done_callback(pending.take)
     return pending
-
-
-async def settle(pending: Pending[T], write: Coroutine[Any, Any, T]) -> None:
-    """Await `write` and settle `pending` with what it came to."""
-    try:
-        pending.end(await write)
-    except asyncio.CancelledError:
-        pending.abandon()
-        raise
-    except BaseException as exc:
-        pending.fail(exc)
-        if not isinstance(exc, Exception):
-            raise

@@ -5,7 +5,7 @@ deadline rows and the notifications (through libpq, `pg_calls`). Reads on the
 hot path are single prepared statements in autocommit too.
 
 Under load, writes are committed in groups: one transaction and one round trip
-for the writes that waited while every committer was busy (`PgWriter.write`).
+for the writes that waited while every committer was busy (`PgWriter.submit`).
 
 Connections come from a small pool of its own, kept open (a closed connection
 forgets its prepared statements) and handed out most-recently-used first.
@@ -32,7 +32,7 @@ from orchestrator.engine.errors import InvalidArgument, Unavailable
 
 from . import pg_calls
 from .notices import read_tasks_added, tasks_added
-from .pending import Pending, settle
+from .pending import Pending
 from .rows import DbStats, naive
 from .writes import Candidate, Conflict, RunWrite
 
@@ -99,9 +99,7 @@ class PgWriter:
         try:
             await asyncio.wait_for(self._all_done.wait(), _CLOSE_WAIT)
         except TimeoutError:
-            waiting, self._queue = self._queue, []
-            for queued in waiting:  # (never sent: not written)
-                queued.settle(Unavailable("the server is stopping; the write was not made"))
+            self._drop_queue()
             groups = list(self._groups)
             for task in groups:
                 task.cancel()  # (each settles its writes: Unavailable)
@@ -177,12 +175,13 @@ class PgWriter:
     # -- the write --------------------------------------------------------------------
 
     def submit(self, w: RunWrite, links: tuple[str, str, str] = ("", "", "")) -> Pending[bool]:
-        """Apply `w` if the run is still at `w.version` (or, new, does not exist):
-        the outcome comes to the `Pending` returned, True, or False if another
-        writer came first; the write goes on to its end if the caller is
-        cancelled meanwhile. Conflict when a unique key was taken
-        (an open run of the workflow id, a request id); Unavailable when the
-        database could not be reached or the outcome of the call is unknown.
+        """Apply `w` if the run is still at `w.version` (or, new, does not exist).
+        The `Pending` returned comes to True, or to False if another writer came
+        first; its `seen` raises Conflict when a unique key was taken (an open
+        run of the workflow id, a request id), and Unavailable when the database
+        could not be reached or the outcome of the call is unknown. The write
+        goes on to its end if its caller is cancelled meanwhile. (`submit`
+        itself raises only for a value it cannot send: a string holding a NUL.)
 
         Group commit: at most `COMMITTERS` transactions of writes are under way
         at once. A write that finds them all busy waits in a queue, and the next
@@ -196,18 +195,26 @@ class PgWriter:
         if self._busy < COMMITTERS or not self._grouping:
             self._busy += 1
             self._all_done.clear()
-            queued.pending.task = asyncio.ensure_future(self._write_first(queued))
+            task = asyncio.ensure_future(self._write_alone(queued))
+            task.add_done_callback(functools.partial(self._alone_done, queued.pending))
+            queued.pending.task = task
         else:
             self._queue.append(queued)  # (settled by the group that takes it)
         return queued.pending
 
-    async def _write_first(self, queued: _Queued) -> None:
-        """A write that found a committer free: alone, then the committer takes
-        what queued meanwhile."""
-        try:
-            await settle(queued.pending, self._write_alone(queued))
-        finally:
-            self._next_group()
+    def _alone_done(self, pending: Pending[bool], task: asyncio.Task[bool]) -> None:
+        """A write that went alone ended (or was cancelled before it began):
+        settle it, and let its committer take what queued meanwhile."""
+        pending.take(task)
+        if task.cancelled():
+            self._drop_queue()  # (the loop is closing: no new group)
+        self._next_group()
+
+    def _drop_queue(self) -> None:
+        """The writes still waiting for a committer are not made: Unavailable."""
+        waiting, self._queue = self._queue, []
+        for queued in waiting:  # (never sent: not written)
+            queued.settle(Unavailable("the server is stopping; the write was not made"))
 
     def _next_group(self) -> None:
         """A committer is free: give it the queued writes, or let it go."""
@@ -225,6 +232,8 @@ class PgWriter:
         self._groups.discard(task)
         for queued in group:  # (a task cancelled before it ran settled nothing)
             queued.settle(Unavailable(_STOPPING))
+        if task.cancelled():
+            self._drop_queue()  # (close() gave up, or the loop is closing: no new group)
         self._next_group()
 
     async def _write_group(self, group: list[_Queued]) -> None:

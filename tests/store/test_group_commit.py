@@ -185,9 +185,13 @@ async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
     runs = await _started(stub, 2)
     grouping = Grouping(_writer(server), monkeypatch)
     seen_cancelled: list[bool] = []
+    waiting: list[asyncio.Task[Any]] = []  # (the handlers waiting for their writes)
     real_seen = Pending.seen
 
     async def seen(self: Pending[Any]) -> tuple[Any, bool]:
+        task = asyncio.current_task()
+        assert task is not None
+        waiting.append(task)
         outcome = await real_seen(self)
         seen_cancelled.append(outcome[1])
         return outcome
@@ -217,6 +221,9 @@ async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
         gone = asyncio.ensure_future(gives_up(first))
         await asyncio.wait_for(grouping.reached.wait(), 10)
         await gone
+    # The server's own deadline comes just after the client's: its handler must
+    # be cancelled while the write is still held, or nothing is seen through.
+    await wait_until(lambda: _now(any(task.cancelling() for task in waiting)))
     grouping.gate.set()
     if queued:
         await held

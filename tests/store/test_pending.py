@@ -5,10 +5,15 @@ itself cut off (the loop closing) ends in CancelledError."""
 from __future__ import annotations
 
 import asyncio
+from typing import cast
 
 import pytest
 
+from orchestrator.engine.errors import Unavailable
+from orchestrator.store import pg_writer
 from orchestrator.store.pending import Pending, drive
+from orchestrator.store.rows import DbStats
+from orchestrator.store.writes import RunWrite
 
 
 async def _write(gate: asyncio.Event, result: bool) -> bool:
@@ -44,16 +49,63 @@ async def test_the_write_s_error_is_raised_to_its_caller() -> None:
         await drive(failing()).seen()
 
 
-async def test_a_write_cut_off_itself_ends_its_caller_cancelled() -> None:
+@pytest.mark.parametrize("begun", [True, False], ids=["under-way", "before-it-began"])
+async def test_a_write_cut_off_itself_ends_its_caller_cancelled(begun: bool) -> None:
+    """As when the loop closes and cancels every task: the write's own task,
+    whether it had begun or not (then none of its code ran), and the caller's."""
     gate = asyncio.Event()
     pending = drive(_write(gate, True))
     caller = asyncio.ensure_future(pending.seen())
-    await asyncio.sleep(0)
+    if begun:
+        await asyncio.sleep(0)
     assert pending.task is not None
-    pending.task.cancel()  # (as the loop does when it closes)
+    pending.task.cancel()
+    caller.cancel()
     with pytest.raises(asyncio.CancelledError):
-        await caller
-    assert pending.done
+        await asyncio.wait_for(caller, 5)
+    assert pending.task.cancelled()
+
+
+async def test_one_error_failing_many_writes_keeps_each_caller_s_traceback_short() -> None:
+    """A group's error fails each of its writes: each caller raises it from the
+    traceback it came with, not from the one the caller before it added to."""
+    try:
+        raise LookupError("group failed")
+    except LookupError as exc:
+        error = exc
+    group: list[Pending[bool]] = [Pending() for _ in range(3)]
+    for pending in group:
+        pending.fail(error)
+    depths = []
+    for pending in group:
+        with pytest.raises(LookupError) as info:
+            await pending.seen()
+        depths.append(len(info.traceback))
+    assert depths[0] == depths[1] == depths[2], depths
+
+
+async def test_a_writer_whose_committers_are_cancelled_before_they_begin_leaves_none_waiting(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """The loop closes as writes have just been submitted: the committers'
+    tasks are cancelled before their first step. Their callers end cancelled,
+    a write queued behind them ends Unavailable (no new group starts), and the
+    writer counts no committer busy."""
+    monkeypatch.setattr(pg_writer, "_call_of", lambda w, links: (b"weft_apply_call", [], []))
+    writer = pg_writer.PgWriter("postgresql://unused", DbStats())
+    submitted = [writer.submit(cast(RunWrite, object())) for _ in range(pg_writer.COMMITTERS + 1)]
+    *alone, queued = submitted
+    assert queued.task is None and all(p.task is not None for p in alone)
+    callers = [asyncio.ensure_future(p.seen()) for p in submitted]
+    for p in alone:
+        assert p.task is not None
+        p.task.cancel()
+    for caller in callers[:-1]:
+        with pytest.raises(asyncio.CancelledError):
+            await asyncio.wait_for(caller, 5)
+    with pytest.raises(Unavailable, match="stopping"):
+        await asyncio.wait_for(callers[-1], 5)
+    assert writer._busy == 0 and writer._all_done.is_set()
 
 
 async def test_what_comes_after_the_first_outcome_is_dropped() -> None:
