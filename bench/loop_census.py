@@ -83,7 +83,7 @@ def _write_or_say(census: Census, directory: Path) -> None:
     # loop likely: the process measured must not die of its census.)
     try:
         write(census, directory)
-    except OSError as exc:
+    except Exception as exc:  # (a full disk, a directory gone, a JSON error)
         print(f"bench.loop_census: could not write the census: {exc}", file=sys.stderr)
 
 

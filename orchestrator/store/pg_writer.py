@@ -86,6 +86,7 @@ class PgWriter:
         self._idle: list[psycopg.AsyncConnection[Any]] = []
         self._slots = asyncio.Semaphore(size)
         self._closed = False
+        self._stopping = False  # (`_give_up`)
         self._busy = 0  # committers under way (a write alone, or a group)
         self._queue: list[_Queued] = []
         self._groups: set[asyncio.Task[None]] = set()
@@ -99,10 +100,8 @@ class PgWriter:
         try:
             await asyncio.wait_for(self._all_done.wait(), _CLOSE_WAIT)
         except TimeoutError:
-            self._drop_queue()
             groups = list(self._groups)
-            for task in groups:
-                task.cancel()  # (each settles its writes: Unavailable)
+            self._give_up()
             if groups:
                 await asyncio.wait(groups, timeout=_CLOSE_WAIT)
         idle, self._idle = self._idle, []
@@ -207,8 +206,19 @@ class PgWriter:
         settle it, and let its committer take what queued meanwhile."""
         pending.take(task)
         if task.cancelled():
-            self._drop_queue()  # (the loop is closing: no new group)
+            self._give_up()
         self._next_group()
+
+    def _give_up(self) -> None:
+        """A committer was cancelled: the loop is closing (or `close` gave up).
+        No group starts from now on; those under way are cancelled and the
+        writes waiting are dropped, so that no caller waits on a write nobody
+        will make (a group started as the loop swept its tasks would escape
+        the sweep)."""
+        self._stopping = True
+        for group in list(self._groups):
+            group.cancel()  # (each settles its writes: Unavailable)
+        self._drop_queue()
 
     def _drop_queue(self) -> None:
         """The writes still waiting for a committer are not made: Unavailable."""
@@ -218,6 +228,8 @@ class PgWriter:
 
     def _next_group(self) -> None:
         """A committer is free: give it the queued writes, or let it go."""
+        if self._stopping:
+            self._drop_queue()
         if not self._queue:
             self._busy -= 1
             if not self._busy:
@@ -233,7 +245,7 @@ class PgWriter:
         for queued in group:  # (a task cancelled before it ran settled nothing)
             queued.settle(Unavailable(_STOPPING))
         if task.cancelled():
-            self._drop_queue()  # (close() gave up, or the loop is closing: no new group)
+            self._give_up()
         self._next_group()
 
     async def _write_group(self, group: list[_Queued]) -> None:
