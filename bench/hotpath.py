@@ -70,7 +70,9 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         pgdb.recreate(args.postgres, DATABASE)
         db_url = pgdb.url(args.postgres, DATABASE)
     # (instrumented from its start: the loop's classes are patched before it is made)
-    launchers = {args.census: [PYTHON, "-m", "bench.loop_census", str(log_dir)]}
+    launchers = (
+        {args.census: [PYTHON, "-m", "bench.loop_census", str(log_dir)]} if args.census else None
+    )
     node = await WeftNode.start(
         "hotpath",
         db_url,
@@ -78,7 +80,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "warning",
         args.server_workers,
         embed=args.embed,
-        launchers=launchers if args.census else None,
+        launchers=launchers,
     )
     completions = await Completions.open()
 

@@ -66,10 +66,10 @@ def name_of(fn: object) -> str:
     return str(name) if name else type(inner).__name__
 
 
-def install(directory: Path, census: Census | None = None) -> Census:
+def install(directory: Path) -> Census:
     """Count this process's loop work from now on; SIGUSR1 resets the count and
     SIGUSR2 writes it to `directory/census.<pid>.json` (whole, or not at all)."""
-    counted = census or Census()
+    counted = Census()
     _patch_selector(counted)
     _patch_handles(counted)
     _patch_tasks(counted)

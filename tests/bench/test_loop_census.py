@@ -13,17 +13,24 @@ from pathlib import Path
 
 import pytest
 
-from bench import hotpath
+from bench import hotpath, loop_census
 from bench.processes import REPO
 
 # Warms up (work SIGUSR1 must drop), says it is ready, then on "go" creates
 # three tasks that each wake the loop through a socket and one timer.
 PROGRAM = """
-import asyncio, socket, sys
+import asyncio, signal, socket, sys
 from pathlib import Path
 from bench import loop_census
 
 loop_census.install(Path(sys.argv[1]))
+reset = signal.getsignal(signal.SIGUSR1)
+
+def reset_and_say(*args):
+    reset(*args)
+    print("reset", flush=True)
+
+signal.signal(signal.SIGUSR1, reset_and_say)
 
 async def through_socket():
     loop = asyncio.get_running_loop()
@@ -74,7 +81,7 @@ def test_a_process_counts_its_loop_between_the_two_signals(tmp_path: Path) -> No
         try:
             assert proc.stdout.readline().strip() == "ready"
             os.kill(proc.pid, signal.SIGUSR1)
-            time.sleep(0.2)  # (the handler runs when the loop wakes: the signal wakes it)
+            assert proc.stdout.readline().strip() == "reset"
             proc.stdin.write("go\n")
             proc.stdin.flush()
             assert proc.stdout.readline().strip() == "done"
@@ -123,3 +130,16 @@ def test_the_census_reads_per_activity_largest_first() -> None:
 def test_the_census_is_one_instrument_at_a_time(args: list[str]) -> None:
     with pytest.raises(SystemExit):
         hotpath.main(args)
+
+
+def test_a_census_that_cannot_be_written_is_said_not_raised(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    loop_census._write_or_say(loop_census.Census(), tmp_path / "gone")
+    assert "could not write the census" in capsys.readouterr().err
+    assert not list(tmp_path.iterdir())
+
+
+def test_the_launcher_wants_a_directory_and_the_weft_command() -> None:
+    with pytest.raises(SystemExit, match="usage"):
+        loop_census.main(["/tmp", "server"])
