@@ -497,6 +497,21 @@ async def _serve(
         loop.add_signal_handler(signal.SIGHUP, node.reload_tls)  # (a no-op until it is read)
     await node.start(before_serving=start_embedded)
     tune_collector()
+    # One of the node's own loops ending is a fault: the process stops as for a
+    # signal, then exits 1 saying which (a supervisor restarts it whole).
+    fault = asyncio.ensure_future(node.wait_for_fault())
+    fault.add_done_callback(lambda _: stop.set())
+    try:
+        await _serve_until_stopped(node, embedded, stop)
+    finally:
+        fault.cancel()
+    if node.fault is not None:
+        raise RuntimeError(f"the node stopped: {node.fault}")
+
+
+async def _serve_until_stopped(
+    node: Server, embedded: EmbeddedWorkers | None, stop: asyncio.Event
+) -> None:
     if embedded is None:
         await stop.wait()
         await node.stop()

@@ -7,7 +7,8 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Coroutine
+from typing import Any
 
 import grpc
 import structlog
@@ -62,6 +63,10 @@ class Server:
         self.port = 0
         self._wakeups = Wakeups()
         self._tasks: list[asyncio.Task[None]] = []
+        self._stopping = False
+        # Why one of the node's loops ended on its own, once one has.
+        self.fault: str | None = None
+        self._faulted = asyncio.Event()
         self._grpc: grpc.aio.Server | None = None
         self._store: Store | None = None
         self._service: WorkflowService | None = None
@@ -76,6 +81,35 @@ class Server:
         self.metrics = Metrics()
         self.tls: ServerTls | None = None
         self.guard: Guard | None = None
+
+    def _run_loop(self, loop: Coroutine[Any, Any, None], name: str) -> None:
+        """Run one of the node's loops until the stop. Each catches what the
+        database throws and goes on, so one that ends before the stop is a
+        fault (a bug): said, and the node's `wait_for_fault` returns, rather
+        than the node serving on without it (no deadline fired, no lease kept)."""
+        task = asyncio.create_task(loop, name=name)
+        task.add_done_callback(self._loop_ended)
+        self._tasks.append(task)
+
+    def _loop_ended(self, task: asyncio.Task[None]) -> None:
+        if self._stopping or self.fault is not None:
+            return
+        error = None if task.cancelled() else task.exception()
+        self.fault = (
+            f"its {task.get_name()} loop stopped: {error!r}"
+            if error
+            else (
+                f"its {task.get_name()} loop {'was cancelled' if task.cancelled() else 'returned'}"
+            )
+        )
+        log.error("server.loop_ended", loop=task.get_name(), error=repr(error)[:200])
+        self._faulted.set()
+
+    async def wait_for_fault(self) -> str:
+        """Wait until one of the node's loops has ended before the stop; why."""
+        await self._faulted.wait()
+        assert self.fault is not None
+        return self.fault
 
     def _committed(self, c: Committed) -> None:
         self.metrics.events.inc(c.events)
@@ -135,31 +169,29 @@ class Server:
         admin = self._admin = AdminService(store, tokens, *parts)
         # A commit on this node hands its new tasks to polls waiting here.
         store.set_offer(self._service.polls.offer)
-        self._tasks.append(asyncio.create_task(self._write_pollers(), name="poller-sightings"))
+        self._run_loop(self._write_pollers(), "poller-sightings")
         self._scanner = DeadlineScanner(store, self.metrics)
-        self._tasks.append(asyncio.create_task(self._scanner.run(), name="deadline-scanner"))
-        self._tasks.append(asyncio.create_task(self._write_worker_runs(), name="worker-runs"))
+        self._run_loop(self._scanner.run(), "deadline-scanner")
+        self._run_loop(self._write_worker_runs(), "worker-runs")
         if self.config.diagnose_interval > 0:
             doctor = Doctor(store, pollers, self.config.limits)
-            self._tasks.append(asyncio.create_task(self._diagnose_loop(doctor), name="diagnose"))
+            self._run_loop(self._diagnose_loop(doctor), "diagnose")
         admin.runner = ScheduleRunner(
             store, self._service.start, self._leads, slots=self.metrics.schedule_slots
         )
-        self._tasks.append(asyncio.create_task(admin.runner.run(), name="schedules"))
+        self._run_loop(admin.runner.run(), "schedules")
         if store.is_pg:
             ready = asyncio.Event()
-            self._tasks.append(
-                asyncio.create_task(
-                    listen(
-                        self.config.db_url,
-                        self._on_notify,
-                        self._lost_notifications,
-                        ready,
-                        own_node=store.node_id,
-                        on_change=self._on_change,
-                    ),
-                    name="pg-listener",
-                )
+            self._run_loop(
+                listen(
+                    self.config.db_url,
+                    self._on_notify,
+                    self._lost_notifications,
+                    ready,
+                    own_node=store.node_id,
+                    on_change=self._on_change,
+                ),
+                "pg-listener",
             )
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(ready.wait(), 10)
@@ -202,7 +234,7 @@ class Server:
             self.metrics.serve(self.config.metrics_listen, self.tls.files if self.tls else None)
         if self.tls is not None:
             self.tls.on_reload(self.metrics.reload_tls)
-            self._tasks.append(asyncio.create_task(self._watch_tls(), name="tls-watch"))
+            self._run_loop(self._watch_tls(), "tls-watch")
         assert self._membership is not None
         await self._membership.become(node_rows.READY)
         serving = before_serving is None or await before_serving()
@@ -241,11 +273,11 @@ class Server:
         await self._membership.arrive()
         self._leadership = Leadership(store, name, self.config.lease_period)
         await self._renew_lease()
-        self._tasks.append(asyncio.create_task(self._keep_membership(), name="membership"))
+        self._run_loop(self._keep_membership(), "membership")
         reaper = Reaper(store, self.metrics, self._session_ended)
-        self._tasks.append(asyncio.create_task(self._reap_loop(reaper), name="worker-reaper"))
+        self._run_loop(self._reap_loop(reaper), "worker-reaper")
         if self.config.purge_interval > 0:
-            self._tasks.append(asyncio.create_task(self._purge_loop(), name="retention-purge"))
+            self._run_loop(self._purge_loop(), "retention-purge")
 
     def _leads(self) -> bool:
         """Whether this node does the upkeep that must not run twice at once now."""
@@ -416,6 +448,17 @@ class Server:
     async def stop(self, grace: float | None = None) -> None:
         """Drain: refuse new polls, answer waiting ones empty, let in-flight calls finish."""
         grace = self.config.drain_grace if grace is None else grace
+        self._stopping = True
+        try:
+            await self._drain(grace)
+        finally:
+            # Whatever failed above: the writer's callers are answered and its
+            # connections closed, not left to the loop's sweep.
+            if self._store is not None:
+                await self._store.close()
+        log.info("server.stopped")
+
+    async def _drain(self, grace: float) -> None:
         if self._service is not None:
             self._service.draining = True
         await self._say(node_rows.DRAINING)
@@ -427,9 +470,8 @@ class Server:
             await self._grpc.stop(grace)
         for task in self._tasks:
             task.cancel()
-        for task in self._tasks:
-            with contextlib.suppress(asyncio.CancelledError):
-                await task
+        # (A loop that failed before the stop was said when it did.)
+        await asyncio.gather(*self._tasks, return_exceptions=True)
         self._tasks.clear()
         if self._store is not None:
             # What this node's polls started, so the reaper knows where to look.
@@ -440,9 +482,6 @@ class Server:
             with contextlib.suppress(Exception):
                 await self._leadership.release()
         await self._say(node_rows.GONE)
-        if self._store is not None:
-            await self._store.close()
-        log.info("server.stopped")
 
     async def _say(self, status: str) -> None:
         """Record this node's status; a stop goes on if the database is away."""
