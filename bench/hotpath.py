@@ -42,6 +42,7 @@ import psycopg
 
 from bench import native_profile, pgdb
 from bench.drive import Batch, Completions, run_batch, sample_hand_offs
+from bench.pg_cpu import PgCpu
 from bench.processes import PYTHON, REPO, Counts, Process
 from bench.rig import WeftNode
 from bench.stats import percentile
@@ -111,9 +112,12 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
             os.kill(counted.pid, signal.SIGUSR1)  # (the warm-up's counts are dropped)
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
+        pg0 = None if args.sqlite else PgCpu.sample(db_url)
         timed = await batch(args.workflows, "timed")
         cpu = node.server.cpu() - cpu0
         decider_cpu, runner_cpu = _cpu(node.decider) - decider0, _cpu(node.runner) - runner0
+        pg1 = None if pg0 is None else PgCpu.sample(db_url)
+        pg_cpu = None if pg0 is None or pg1 is None else pg1.since(pg0)
         counts = node.server.counts() - counts0
         # The samplers stop with the timed batch: what comes after is idle time.
         spy_out = _stop_py_spy(spy) if spy is not None else None
@@ -137,6 +141,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "cpu": cpu,
         "decider_cpu": decider_cpu,
         "runner_cpu": runner_cpu,
+        "pg_cpu": pg_cpu,
         "xacts": xacts,
         "spy": spy_out,
         "census": census,
@@ -245,6 +250,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
                 f"runner CPU per activity      {result['runner_cpu'] / acts * 1000:8.2f} ms",
             ]
         ),
+        *([] if args.sqlite else [_pg_cpu_line(result.get("pg_cpu"), acts)]),
         f"RPCs per activity            {sum(counts.rpcs.values()) / acts:8.2f}",
     ]
     for method, n in sorted(counts.rpcs.items(), key=lambda kv: -kv[1]):
@@ -255,6 +261,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     if not args.sqlite:
         lines.append(f"PostgreSQL xacts per act.    {result['xacts'] / acts:8.2f}")
+
     legs = result["legs"]
     per_lane = args.inflight / (acts / result["seconds"]) * 1000
     lines += [
@@ -279,6 +286,15 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     if result["census"] is not None:
         lines += render_census(result["census"], acts, args.census)
     return "\n".join(lines)
+
+
+def _pg_cpu_line(seconds: float | None, activities: int) -> str:
+    if seconds is None:
+        return "PostgreSQL CPU: not counted (the cluster is not on this machine)"
+    return (
+        f"PostgreSQL CPU per activity  {seconds / activities * 1000:8.2f} ms"
+        " (the database's backends and the cluster's own processes)"
+    )
 
 
 def render_census(census: dict[str, Any], activities: int, process: str) -> list[str]:

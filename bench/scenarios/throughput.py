@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.drive import run_batch, sample_hand_offs
+from bench.pg_cpu import PgCpu
 from bench.processes import Process
 from bench.procstat import machine_busy_seconds
 from bench.rig import Rig, WeftNode
@@ -38,6 +39,9 @@ async def weft_batch(
     prefix = f"{workflow_type}-c{inflight}-{uuid.uuid4().hex[:6]}"
     counts0 = node.server.counts()
     server_cpu0, workers_cpu0 = node.server.cpu(), workers_cpu()
+    # (PostgreSQL's sampled outside the machine's window: each sample connects)
+    on_pg = timed and node.db_url.startswith("postgresql")
+    pg0 = PgCpu.sample(node.db_url) if on_pg else None
     machine_cpu0 = machine_busy_seconds()
     batch = await run_batch(
         node.client,
@@ -52,6 +56,7 @@ async def weft_batch(
     machine_cpu = machine_busy_seconds() - machine_cpu0
     server_cpu = node.server.cpu() - server_cpu0
     spent_by_workers = workers_cpu() - workers_cpu0
+    pg1 = PgCpu.sample(node.db_url) if pg0 is not None else None
     # Parked polls count when they answer: a few straddle the window's ends.
     counts = node.server.counts() - counts0
     node.check_alive()
@@ -69,6 +74,12 @@ async def weft_batch(
         # Every process on the machine: server, workers, PostgreSQL, the driver.
         "machine_cpu_per_activity_ms": machine_cpu / activities * 1000,
         "machine_cores": machine_cpu / batch.seconds,
+        # Of which PostgreSQL's (this database's backends, the cluster's own processes).
+        **(
+            {"pg_cpu_per_activity_ms": pg1.since(pg0) / activities * 1000}
+            if pg0 is not None and pg1 is not None
+            else {}
+        ),
         "server_cpu_cores": server_cpu / batch.seconds,
         "rpcs_per_activity": sum(counts.rpcs.values()) / activities,
         "statements_per_activity": counts.statements / activities,

@@ -47,8 +47,11 @@ def test_one_process_cpu_is_counted_in_the_echo_of_the_same_run() -> None:
     calls, met = rows["process CPU per activity in echo calls, one process, 4 in flight"]
     assert calls is not None and abs(calls - 1.9 / 0.25) < 1e-9 and met
     assert rows["process CPU per activity (ms), one process, 16 in flight"] == (1.9, True)
-    # 500 at 4 in flight, 460 at 16: not growing.
-    assert rows["throughput grows from 1 to 4 to 16 in flight, one process"][1] is False
+    # 500 at 4 in flight, 460 at 16: not growing; the figure is that step's (460 ÷ 500),
+    # not 16's over 1's (460 ÷ 270, above 1 beside "NOT met").
+    assert rows["throughput grows from 1 to 4 to 16 in flight, one process"] == (0.92, False)
+    # Three processes: the smaller step, 380 ÷ 350.
+    assert rows["throughput grows from 1 to 4 to 16 in flight"] == (380 / 350, True)
 
 
 def test_without_the_echo_the_one_process_has_no_echo_row() -> None:
