@@ -11,9 +11,11 @@ Starts `weft server` with a `weft decider` and a `weft runner` on
 `bench.workload` (as `make bench` does, on a database of its own; with
 `--embed`, one `weft server --embed bench.workload` instead), runs a
 warm-up batch, then a timed batch of the `bench-chain` workflow, and prints per
-completed activity: the server's CPU, the RPCs it answered (by method), the SQL
-statements it sent and the transactions it committed (its own counters), and on
-PostgreSQL the transactions the database counted (`pg_stat_database`). With
+completed activity: the server's CPU (and the decider's, the runner's and, when
+the cluster runs on this machine, PostgreSQL's: `bench.pg_cpu`), the RPCs it
+answered (by method), the SQL statements it sent and the transactions it
+committed (its own counters), and on PostgreSQL the transactions the database
+counted (`pg_stat_database`). With
 `--py-spy` (py-spy comes with the bench extra), it also samples the server
 during the timed batch and prints where its CPU went, by layer and by function.
 With `--perf`, Linux perf samples it instead and the split is by native code
