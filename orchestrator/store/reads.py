@@ -162,16 +162,21 @@ class StoreBase:
         rows = await self._rows(query.limit(1))
         return rows[0] if rows else None
 
-    async def _retrying(self, attempt: Callable[[], Any], *, unique_ok: bool = False) -> Any:
+    async def _retrying(
+        self, attempt: Callable[[], Any], *, unique_ok: bool = False, own_task: bool = False
+    ) -> Any:
         """Run a whole transaction again when the database says it may succeed now.
 
         A unique violation is ABORTED (a concurrent writer won), unless the
-        caller handles it itself (`unique_ok`).
+        caller handles it itself (`unique_ok`). Each attempt runs to its end
+        even if the caller is cancelled (`_to_the_end`), unless the caller
+        already runs in a task of its own that no client's cancellation reaches
+        (`own_task`: the hot path's SQLite write, run by `pending.drive`).
         """
         delay = 0.02
         for n in range(_RETRIES):
             try:
-                return await self._to_the_end(attempt)
+                return await (attempt() if own_task else self._to_the_end(attempt))
             except DBAPIError as exc:
                 if isinstance(exc, IntegrityError) and unique_ok:
                     raise

@@ -241,7 +241,7 @@ class SqliteWriter:
             return wrote
 
         try:
-            ok: bool = await self._store._retrying(attempt, unique_ok=True)
+            ok: bool = await self._store._retrying(attempt, unique_ok=True, own_task=True)
         except IntegrityError as exc:
             # Only the keys that mean "taken" (as CONFLICT_KEYS on PostgreSQL);
             # SQLite names the columns, not the index.

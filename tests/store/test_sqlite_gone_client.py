@@ -1,0 +1,100 @@
+"""On SQLite, as on PostgreSQL (`test_group_commit`): a write whose client goes
+away while it runs lands once, the handler sees it through before it raises its
+cancellation, and the run goes on from it. The SQLite write runs in the task
+`pending.drive` gives it, with no second task around each attempt: a client's
+cancellation must still not reach it."""
+
+from __future__ import annotations
+
+import asyncio
+import sqlite3
+import threading
+from typing import Any
+
+import grpc
+import pytest
+
+from orchestrator.server import Server
+from orchestrator.store import sqlite_writer
+from orchestrator.store.pending import Pending
+from sdk.api.weft.v1 import common_pb2 as c
+from sdk.api.weft.v1 import service_pb2 as s
+from sdk.api.weft.v1 import service_pb2_grpc as sg
+from tests.helpers import Driver, wait_until
+
+
+@pytest.fixture
+def db_url(sqlite_url: str) -> str:
+    """(conftest's `server` and `stub` on SQLite)"""
+    return sqlite_url
+
+
+async def _signal(stub: sg.WorkflowServiceStub, run: Driver, name: str) -> None:
+    await stub.SignalWorkflow(
+        s.SignalWorkflowRequest(
+            namespace="default",
+            execution=c.WorkflowExecution(workflow_id=run.workflow_id),
+            signal_name=name,
+        )
+    )
+
+
+async def _signals(run: Driver, name: str) -> int:
+    return sum(
+        1 for e in await run.history() if e.HasField("signal") and e.signal.signal_name == name
+    )
+
+
+async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
+    server: Server, stub: sg.WorkflowServiceStub, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    run = Driver(stub)
+    await run.start()
+    reached, gate = threading.Event(), threading.Event()
+    transact = sqlite_writer._transact
+
+    def held(db: sqlite3.Connection, steps: Any, *, compare_and_set: bool) -> bool:
+        if not reached.is_set():  # (the first write only: the signal's)
+            reached.set()
+            gate.wait(10)
+        return transact(db, steps, compare_and_set=compare_and_set)
+
+    monkeypatch.setattr(sqlite_writer, "_transact", held)
+    waiting: list[asyncio.Task[Any]] = []  # the handler, waiting for its write
+    seen_cancelled: list[bool] = []
+    real_seen = Pending.seen
+
+    async def seen(self: Pending[Any]) -> tuple[Any, bool]:
+        task = asyncio.current_task()
+        assert task is not None
+        waiting.append(task)
+        outcome = await real_seen(self)
+        seen_cancelled.append(outcome[1])
+        return outcome
+
+    monkeypatch.setattr(Pending, "seen", seen)
+    try:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await stub.SignalWorkflow(
+                s.SignalWorkflowRequest(
+                    namespace="default",
+                    execution=c.WorkflowExecution(workflow_id=run.workflow_id),
+                    signal_name="gone",
+                ),
+                timeout=0.3,
+            )
+        assert info.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
+        assert reached.is_set()
+        # The server's handler is cancelled while the write is still held.
+        await wait_until(lambda: _now(any(task.cancelling() for task in waiting)))
+    finally:
+        gate.set()
+    await wait_until(lambda: _signals(run, "gone"))
+    await _signal(stub, run, "after")  # on top of it: the node's copy of the run agrees
+    assert await _signals(run, "gone") == 1
+    assert await _signals(run, "after") == 1
+    assert seen_cancelled[0] is True  # the handler was cancelled, and saw the write through
+
+
+async def _now(value: bool) -> bool:
+    return value
