@@ -112,9 +112,9 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         assert counted is not None or not args.census
         if counted is not None:
             os.kill(counted.pid, signal.SIGUSR1)  # (the warm-up's counts are dropped)
+        pg0 = None if args.sqlite else PgCpu.sample(db_url)  # (before xacts0: it commits)
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
-        pg0 = None if args.sqlite else PgCpu.sample(db_url)
         timed = await batch(args.workflows, "timed")
         cpu = node.server.cpu() - cpu0
         decider_cpu, runner_cpu = _cpu(node.decider) - decider0, _cpu(node.runner) - runner0
@@ -263,7 +263,6 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     if not args.sqlite:
         lines.append(f"PostgreSQL xacts per act.    {result['xacts'] / acts:8.2f}")
-
     legs = result["legs"]
     per_lane = args.inflight / (acts / result["seconds"]) * 1000
     lines += [

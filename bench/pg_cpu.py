@@ -1,12 +1,12 @@
 """PostgreSQL's CPU in a window, when the cluster runs on this machine: what
-the backends serving one database used, and the cluster's own background
-processes (the WAL writer, the checkpointer, …), read from /proc.
+the backends serving one database used, and the cluster's own processes (the
+postmaster, the WAL writer, the checkpointer, …), read from /proc.
 
 The bench's machine CPU holds it already, with the driver's and everything
 else's; this names PostgreSQL's part, so that a write that costs the database
-more shows as such. Backends that begin and end inside the window (a
-connection opened and closed in it) are not seen: Weft's connections are held
-for the whole batch."""
+more shows as such. A backend that ends inside the window (a pool's overflow
+connection closed) is counted through the postmaster, which reaps it: so is
+one of another database's that ends then (nothing else runs during a batch)."""
 
 from __future__ import annotations
 
@@ -15,34 +15,42 @@ from pathlib import Path
 
 import psycopg
 
-from bench.procstat import cpu_seconds
+from bench.procstat import CLOCK_TICKS, cpu_seconds
 
 _PROCESSES = """
 SELECT pid FROM pg_stat_activity
-WHERE pid <> pg_backend_pid()
-  AND (datname = current_database() OR backend_type <> 'client backend')
+WHERE pid <> pg_backend_pid() AND (datname = current_database() OR datname IS NULL)
 """
 
 
 @dataclass(frozen=True)
 class PgCpu:
-    """CPU seconds by PostgreSQL process at one moment."""
+    """CPU seconds by PostgreSQL process at one moment, and what the postmaster's
+    ended children had used by then."""
 
     seconds: dict[int, float]
+    reaped: float = 0.0
 
     @staticmethod
     def sample(db_url: str) -> PgCpu | None:
-        """The database's backends and the cluster's own processes; None if
-        they are not on this machine (or not readable)."""
+        """None if the cluster is not on this machine (or not readable here)."""
         with psycopg.connect(db_url, autocommit=True) as conn:
             pids = [int(row[0]) for row in conn.execute(_PROCESSES).fetchall()]
+            own = conn.info.backend_pid
+            postmaster = _parent(own) if _cpu_of_postgres(own) is not None else None
+        if postmaster is None or _cpu_of_postgres(postmaster) is None:
+            return None
         seconds = {pid: cpu for pid in pids if (cpu := _cpu_of_postgres(pid)) is not None}
-        return PgCpu(seconds) if seconds else None
+        seconds[postmaster] = cpu_seconds(postmaster)
+        return PgCpu(seconds, _reaped(postmaster))
 
     def since(self, earlier: PgCpu) -> float:
-        """CPU seconds used since `earlier` by the processes seen now (one new
-        since then counts whole)."""
-        return sum(now - earlier.seconds.get(pid, 0.0) for pid, now in self.seconds.items())
+        """CPU seconds used since `earlier`: by the processes seen now (one new
+        since then counts whole), and by those that ended meanwhile (what the
+        postmaster reaped, less what they had used by `earlier`)."""
+        alive = sum(now - earlier.seconds.get(pid, 0.0) for pid, now in self.seconds.items())
+        gone = sum(cpu for pid, cpu in earlier.seconds.items() if pid not in self.seconds)
+        return alive + (self.reaped - earlier.reaped) - gone
 
 
 def _cpu_of_postgres(pid: int) -> float | None:
@@ -52,3 +60,19 @@ def _cpu_of_postgres(pid: int) -> float | None:
         return cpu_seconds(pid)
     except OSError:
         return None
+
+
+def _fields(pid: int) -> list[str]:
+    """/proc/PID/stat's fields after the command name (which may hold spaces)."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    return text[text.rindex(")") + 2 :].split()
+
+
+def _parent(pid: int) -> int:
+    return int(_fields(pid)[1])
+
+
+def _reaped(pid: int) -> float:
+    """The CPU of the children `pid` has waited for (cutime + cstime)."""
+    fields = _fields(pid)
+    return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS

@@ -495,13 +495,14 @@ async def _serve(
         loop.add_signal_handler(sig, on_signal, sig)
     if node.config.tls_cert:  # without TLS, SIGHUP keeps its default (exit)
         loop.add_signal_handler(signal.SIGHUP, node.reload_tls)  # (a no-op until it is read)
-    await node.start(before_serving=start_embedded)
-    tune_collector()
     # One of the node's own loops ending is a fault: the process stops as for a
-    # signal, then exits 1 saying which (a supervisor restarts it whole).
+    # signal (from the start on: its workers are then not said SERVING), then
+    # exits 1 saying which loop (a supervisor restarts it whole).
     fault = asyncio.ensure_future(node.wait_for_fault())
     fault.add_done_callback(lambda _: stop.set())
     try:
+        await node.start(before_serving=start_embedded)
+        tune_collector()
         await _serve_until_stopped(node, embedded, stop)
     finally:
         fault.cancel()
@@ -527,7 +528,8 @@ async def _serve_until_stopped(
     # The workers first: what they have in flight is answered through the node.
     await embedded.stop()
     await node.stop()
-    if early:  # a worker that ends on its own is a fault: the process exits 1
+    if early and node.fault is None:  # (a fault of the node's own is said first)
+        # A worker that ends on its own is a fault: the process exits 1.
         error = None if early[0].cancelled() else early[0].exception()
         raise RuntimeError(f"an embedded worker stopped: {error or 'it returned'}")
 

@@ -82,28 +82,32 @@ class Server:
         self.tls: ServerTls | None = None
         self.guard: Guard | None = None
 
-    def _run_loop(self, loop: Coroutine[Any, Any, None], name: str) -> None:
+    def _run_loop(self, body: Coroutine[Any, Any, None], name: str) -> None:
         """Run one of the node's loops until the stop. Each catches what the
         database throws and goes on, so one that ends before the stop is a
         fault (a bug): said, and the node's `wait_for_fault` returns, rather
         than the node serving on without it (no deadline fired, no lease kept)."""
-        task = asyncio.create_task(loop, name=name)
+        task = asyncio.create_task(body, name=name)
         task.add_done_callback(self._loop_ended)
         self._tasks.append(task)
 
     def _loop_ended(self, task: asyncio.Task[None]) -> None:
-        if self._stopping or self.fault is not None:
-            return
+        name = task.get_name()
         error = None if task.cancelled() else task.exception()
-        self.fault = (
-            f"its {task.get_name()} loop stopped: {error!r}"
-            if error
-            else (
-                f"its {task.get_name()} loop {'was cancelled' if task.cancelled() else 'returned'}"
-            )
-        )
-        log.error("server.loop_ended", loop=task.get_name(), error=repr(error)[:200])
-        self._faulted.set()
+        if self._stopping:  # cancelled by the stop, as it should be
+            if error is not None:  # (but it failed on its way out)
+                log.error("server.loop_failed_at_stop", loop=name, exc_info=error)
+            return
+        if task.cancelled():
+            why = f"its {name} loop was cancelled"
+        elif error is not None:
+            why = f"its {name} loop stopped: {error!r}"
+        else:
+            why = f"its {name} loop returned"
+        log.error("server.loop_ended", loop=name, reason=why, exc_info=error)
+        if self.fault is None:  # (the first says why the node stops)
+            self.fault = why
+            self._faulted.set()
 
     async def wait_for_fault(self) -> str:
         """Wait until one of the node's loops has ended before the stop; why."""
@@ -126,6 +130,18 @@ class Server:
         check says SERVING (`weft server --embed`: the embedded workers'
         registrations), which it says only if that returns True. Returns the
         port."""
+        try:
+            return await self._start(before_serving)
+        except BaseException:
+            # Nothing half-started is left: the loops already running end (not
+            # as faults) and the store is closed, before the error goes up.
+            self._stopping = True
+            await self._end_loops()
+            if self._store is not None:
+                await self._store.close()
+            raise
+
+    async def _start(self, before_serving: Callable[[], Awaitable[bool]] | None) -> int:
         reason = self.config.insecure_reason()
         if reason is not None:
             raise ValueError(reason)
@@ -452,8 +468,9 @@ class Server:
         try:
             await self._drain(grace)
         finally:
-            # Whatever failed above: the writer's callers are answered and its
-            # connections closed, not left to the loop's sweep.
+            # Whatever failed above: the loops end, and the writer's callers are
+            # answered and its connections closed, not left to the loop's sweep.
+            await self._end_loops()
             if self._store is not None:
                 await self._store.close()
         log.info("server.stopped")
@@ -468,11 +485,7 @@ class Server:
         await self._health.enter_graceful_shutdown()
         if self._grpc is not None:
             await self._grpc.stop(grace)
-        for task in self._tasks:
-            task.cancel()
-        # (A loop that failed before the stop was said when it did.)
-        await asyncio.gather(*self._tasks, return_exceptions=True)
-        self._tasks.clear()
+        await self._end_loops()
         if self._store is not None:
             # What this node's polls started, so the reaper knows where to look.
             pairs = self._sessions.take_unwritten()
@@ -482,6 +495,14 @@ class Server:
             with contextlib.suppress(Exception):
                 await self._leadership.release()
         await self._say(node_rows.GONE)
+
+    async def _end_loops(self) -> None:
+        """Cancel the node's loops and wait for them to end (`_loop_ended` says
+        what went wrong, before the stop or on the way out)."""
+        tasks, self._tasks = self._tasks, []
+        for task in tasks:
+            task.cancel()
+        await asyncio.gather(*tasks, return_exceptions=True)
 
     async def _say(self, status: str) -> None:
         """Record this node's status; a stop goes on if the database is away."""

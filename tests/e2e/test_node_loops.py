@@ -8,12 +8,13 @@ PostgreSQL connection is left behind."""
 from __future__ import annotations
 
 import asyncio
+import socket
 
 import psycopg
 import pytest
 from sqlalchemy.engine import make_url
 
-from cli.server_cmd import _serve
+from cli import server_cmd
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from orchestrator.timers.scanner import DeadlineScanner
@@ -32,9 +33,8 @@ def failing_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
 def _connections(postgres_url: str) -> int:
     """The sessions open on the test's own database, other than this one."""
     url = make_url(postgres_url)
-    with psycopg.connect(
-        host=url.host, port=url.port, user=url.username, dbname="postgres"
-    ) as conn:
+    admin = url.set(database="postgres").render_as_string(hide_password=False)
+    with psycopg.connect(admin) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (url.database,)
         ).fetchone()
@@ -69,10 +69,14 @@ async def test_a_loop_that_ends_is_said_and_the_stop_still_closes_the_store(
 
 
 @pytest.mark.usefixtures("failing_scanner")
-async def test_weft_server_stops_and_fails_when_a_loop_ends(db_url: str) -> None:
+async def test_weft_server_stops_and_fails_when_a_loop_ends(
+    db_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # (the test process keeps CPython's collector settings: tests/cli/test_gc_settings.py)
+    monkeypatch.setattr(server_cmd, "tune_collector", lambda: None)
     node = Server(_config(db_url))
     with pytest.raises(RuntimeError) as raised:
-        await asyncio.wait_for(_serve(node), 20)
+        await asyncio.wait_for(server_cmd._serve(node), 20)
     assert str(raised.value) == (
         "the node stopped: its deadline-scanner loop stopped: RuntimeError('a bug in the scanner')"
     )
@@ -86,3 +90,19 @@ async def test_a_stop_is_not_a_fault(db_url: str) -> None:
     await node.start()
     await node.stop()
     assert node.fault is None
+
+
+async def test_a_start_that_fails_leaves_nothing_running(postgres_url: str) -> None:
+    """A start that fails once the loops run (the port is taken) ends them, not
+    as faults, and closes the store before the error goes up."""
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        node = Server(
+            ServerConfig(db_url=postgres_url, listen=f"127.0.0.1:{port}", drain_grace=0.5)
+        )
+        with pytest.raises(RuntimeError, match="Failed to bind"):  # (gRPC says it so)
+            await node.start()
+    assert node.fault is None
+    await _none_left(postgres_url)
