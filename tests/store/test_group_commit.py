@@ -20,12 +20,12 @@ from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from orchestrator.store import pg_calls, pg_writer
 from orchestrator.store.notices import read_tasks_added
-from orchestrator.store.pending import Pending
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
-from tests.helpers import Driver, payload, wait_until
+from tests.helpers import Driver, wait_until
 from tests.pg_proxy import cutting_proxy
+from tests.store.gone_clients import SeenThrough, signal, signals
 
 RUNS = 12
 
@@ -96,23 +96,6 @@ async def _now(value: bool) -> bool:
     return value
 
 
-async def _signal(stub: sg.WorkflowServiceStub, run: Driver, name: str) -> None:
-    await stub.SignalWorkflow(
-        s.SignalWorkflowRequest(
-            namespace="default",
-            execution=c.WorkflowExecution(workflow_id=run.workflow_id),
-            signal_name=name,
-            input=payload(run.workflow_id),
-        )
-    )
-
-
-async def _signals(run: Driver, name: str) -> int:
-    return sum(
-        1 for e in await run.history() if e.HasField("signal") and e.signal.signal_name == name
-    )
-
-
 async def _started(stub: sg.WorkflowServiceStub, count: int) -> list[Driver]:
     runs = [Driver(stub) for _ in range(count)]
     await asyncio.gather(*(run.start() for run in runs))
@@ -141,11 +124,11 @@ async def test_a_group_commits_its_writes_together(
     runs = await _started(stub, RUNS + 1)
     grouping = Grouping(_writer(server), monkeypatch)
     outcomes = await grouping.run(
-        _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
+        signal(stub, runs[0], "go"), [signal(stub, run, "go") for run in runs[1:]]
     )
     assert outcomes == [None] * RUNS  # (and `run` saw them go as one group)
     for run in runs:
-        assert await _signals(run, "go") == 1
+        assert await signals(run, "go") == 1
 
 
 async def test_a_write_that_waits_alone_keeps_its_own_outcome(
@@ -156,7 +139,7 @@ async def test_a_write_that_waits_alone_keeps_its_own_outcome(
     run is open) is its own, and the committer is free again after it."""
     runs = await _started(stub, 2)
     grouping = Grouping(_writer(server), monkeypatch)
-    held = asyncio.ensure_future(_signal(stub, runs[0], "go"))
+    held = asyncio.ensure_future(signal(stub, runs[0], "go"))
     await asyncio.wait_for(grouping.reached.wait(), 10)
     twin = Driver(stub)
     twin.workflow_id = runs[1].workflow_id
@@ -168,9 +151,9 @@ async def test_a_write_that_waits_alone_keeps_its_own_outcome(
         await refused
     assert info.value.code() == grpc.StatusCode.ALREADY_EXISTS, info.value
     assert grouping.groups == []  # (alone: not a pipeline)
-    await _signal(stub, runs[1], "after")
-    assert await _signals(runs[0], "go") == 1
-    assert await _signals(runs[1], "after") == 1
+    await signal(stub, runs[1], "after")
+    assert await signals(runs[0], "go") == 1
+    assert await signals(runs[1], "after") == 1
     await wait_until(lambda: _now(grouping.hot._busy == 0))
 
 
@@ -184,19 +167,7 @@ async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
     copy of the run agrees (the next signal is written on top of it)."""
     runs = await _started(stub, 2)
     grouping = Grouping(_writer(server), monkeypatch)
-    seen_cancelled: list[bool] = []
-    waiting: list[asyncio.Task[Any]] = []  # (the handlers waiting for their writes)
-    real_seen = Pending.seen
-
-    async def seen(self: Pending[Any]) -> tuple[Any, bool]:
-        task = asyncio.current_task()
-        assert task is not None
-        waiting.append(task)
-        outcome = await real_seen(self)
-        seen_cancelled.append(outcome[1])
-        return outcome
-
-    monkeypatch.setattr(Pending, "seen", seen)
+    seen = SeenThrough(monkeypatch)
 
     async def gives_up(run: Driver) -> None:
         with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -212,7 +183,7 @@ async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
 
     first = runs[0]
     if queued:  # (the committer is held by another write; this one waits for it)
-        held = asyncio.ensure_future(_signal(stub, first, "go"))
+        held = asyncio.ensure_future(signal(stub, first, "go"))
         await asyncio.wait_for(grouping.reached.wait(), 10)
         gone = asyncio.ensure_future(gives_up(runs[1]))
         await wait_until(lambda: _now(len(grouping.hot._queue) == 1))
@@ -223,16 +194,16 @@ async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
         await gone
     # The server's own deadline comes just after the client's: its handler must
     # be cancelled while the write is still held, or nothing is seen through.
-    await wait_until(lambda: _now(any(task.cancelling() for task in waiting)))
+    await wait_until(seen.handler_cancelled)
     grouping.gate.set()
     if queued:
         await held
     run = runs[1] if queued else first
-    await wait_until(lambda: _signals(run, "gone"))
-    await _signal(stub, run, "after")
-    assert await _signals(run, "gone") == 1
-    assert await _signals(run, "after") == 1
-    assert True in seen_cancelled, seen_cancelled  # (the handler was cancelled, and saw it through)
+    await wait_until(lambda: signals(run, "gone"))
+    await signal(stub, run, "after")
+    assert await signals(run, "gone") == 1
+    assert await signals(run, "after") == 1
+    assert True in seen.cancelled, seen.cancelled  # (the handler was cancelled, and saw it through)
 
 
 async def test_a_group_that_fails_is_written_again_one_by_one(
@@ -255,10 +226,10 @@ async def test_a_group_that_fails_is_written_again_one_by_one(
         return True
 
     grouping.hot._fenced = fence  # type: ignore[method-assign]
-    await grouping.run(_signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]])
+    await grouping.run(signal(stub, runs[0], "go"), [signal(stub, run, "go") for run in runs[1:]])
     assert fenced == [], "a refusal was taken for a lost connection"
     for run in runs:
-        assert await _signals(run, "go") == 1
+        assert await signals(run, "go") == 1
 
 
 async def test_a_write_whose_run_another_node_moved_on_is_done_again(
@@ -273,7 +244,7 @@ async def test_a_write_whose_run_another_node_moved_on_is_done_again(
     await other.start()
     try:
         async with grpc.aio.insecure_channel(f"127.0.0.1:{other.port}") as channel:
-            await _signal(sg.WorkflowServiceStub(channel), runs[1], "elsewhere")
+            await signal(sg.WorkflowServiceStub(channel), runs[1], "elsewhere")
     finally:
         await other.stop(grace=0.5)
     grouping = Grouping(_writer(server), monkeypatch)
@@ -286,13 +257,13 @@ async def test_a_write_whose_run_another_node_moved_on_is_done_again(
 
     grouping.group = noted  # type: ignore[method-assign]
     outcomes = await grouping.run(
-        _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
+        signal(stub, runs[0], "go"), [signal(stub, run, "go") for run in runs[1:]]
     )
     assert outcomes == [None] * RUNS
     assert [w.count(False) for w in written] == [1], written
     for run in runs:
-        assert await _signals(run, "go") == 1
-    assert await _signals(runs[1], "elsewhere") == 1
+        assert await signals(run, "go") == 1
+    assert await signals(runs[1], "elsewhere") == 1
 
 
 @pytest.mark.parametrize("committed", [True, False], ids=["after-commit", "before-commit"])
@@ -315,9 +286,9 @@ async def test_a_group_cut_off_is_neither_lost_nor_written_twice(
         raise psycopg.OperationalError("server closed the connection unexpectedly (test)")
 
     grouping.group = cut_off  # type: ignore[method-assign]
-    await grouping.run(_signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]])
+    await grouping.run(signal(stub, runs[0], "go"), [signal(stub, run, "go") for run in runs[1:]])
     for run in runs:
-        assert await _signals(run, "go") == 1
+        assert await signals(run, "go") == 1
 
 
 async def test_a_group_whose_connection_is_cut_as_it_commits_is_written_once(
@@ -355,12 +326,12 @@ async def test_a_group_whose_connection_is_cut_as_it_commits_is_written_once(
                 grouping.group = noted  # type: ignore[method-assign]
                 arm(RUNS)  # (the group's calls: no other batch of the node's is as long)
                 outcomes = await grouping.run(
-                    _signal(stub, runs[0], "go"), [_signal(stub, run, "go") for run in runs[1:]]
+                    signal(stub, runs[0], "go"), [signal(stub, run, "go") for run in runs[1:]]
                 )
                 assert outcomes == [None] * RUNS
                 assert [type(exc) for exc in raised] == [psycopg.OperationalError], raised
                 for run in runs:
-                    assert await _signals(run, "go") == 1
+                    assert await signals(run, "go") == 1
         finally:
             await node.stop(grace=0.5)
 
@@ -382,9 +353,9 @@ async def test_close_commits_the_writes_still_waiting(
         return result
 
     grouping.group = held_group  # type: ignore[method-assign]
-    held = asyncio.ensure_future(_signal(stub, runs[0], "go"))
+    held = asyncio.ensure_future(signal(stub, runs[0], "go"))
     await asyncio.wait_for(grouping.reached.wait(), 10)
-    others = [asyncio.ensure_future(_signal(stub, run, "go")) for run in runs[1:]]
+    others = [asyncio.ensure_future(signal(stub, run, "go")) for run in runs[1:]]
     await wait_until(lambda: _now(len(hot._queue) == RUNS))
     closing = asyncio.ensure_future(hot.close())
     grouping.gate.set()
@@ -396,7 +367,7 @@ async def test_close_commits_the_writes_still_waiting(
     await asyncio.wait_for(closing, 10)
     assert grouping.groups == [RUNS]
     for run in runs:
-        assert await _signals(run, "go") == 1
+        assert await signals(run, "go") == 1
 
 
 async def test_a_group_tells_other_nodes_of_every_task_it_adds(
@@ -459,9 +430,9 @@ async def test_a_close_that_waits_too_long_gives_up_the_waiting_writes(
     hot = _writer(server)
     grouping = Grouping(hot, monkeypatch)
     monkeypatch.setattr(pg_writer, "_CLOSE_WAIT", 0.3)
-    held = asyncio.ensure_future(_signal(stub, runs[0], "go"))
+    held = asyncio.ensure_future(signal(stub, runs[0], "go"))
     await asyncio.wait_for(grouping.reached.wait(), 10)
-    others = [asyncio.ensure_future(_signal(stub, run, "go")) for run in runs[1:]]
+    others = [asyncio.ensure_future(signal(stub, run, "go")) for run in runs[1:]]
     await wait_until(lambda: _now(len(hot._queue) == RUNS))
     await asyncio.wait_for(hot.close(), 10)
     refused = await asyncio.wait_for(asyncio.gather(*others, return_exceptions=True), 10)
@@ -470,6 +441,6 @@ async def test_a_close_that_waits_too_long_gives_up_the_waiting_writes(
     assert grouping.groups == []
     grouping.gate.set()
     await held
-    assert await _signals(runs[0], "go") == 1
+    assert await signals(runs[0], "go") == 1
     for run in runs[1:]:
-        assert await _signals(run, "go") == 0
+        assert await signals(run, "go") == 0

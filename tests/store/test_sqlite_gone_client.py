@@ -1,8 +1,8 @@
 """On SQLite, as on PostgreSQL (`test_group_commit`): a write whose client goes
-away (cancels its call) while it runs lands once, the handler sees it through before it raises its
-cancellation, and the run goes on from it. The SQLite write runs in the task
-`pending.drive` gives it, with no second task around each attempt: a client's
-cancellation must still not reach it."""
+away (cancels its call) while it runs lands once, the handler sees it through
+before it raises its cancellation, and the run goes on from it. The SQLite
+write runs in the task `pending.drive` gives it, with no second task around
+each attempt: a client's cancellation must still not reach it."""
 
 from __future__ import annotations
 
@@ -15,33 +15,17 @@ import pytest
 
 from orchestrator.server import Server
 from orchestrator.store import sqlite_writer
-from orchestrator.store.pending import Pending
 from sdk.api.weft.v1 import common_pb2 as c
 from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from tests.helpers import Driver, wait_until
+from tests.store.gone_clients import SeenThrough, signal, signals
 
 
 @pytest.fixture
 def db_url(sqlite_url: str) -> str:
     """(conftest's `server` and `stub` on SQLite)"""
     return sqlite_url
-
-
-async def _signal(stub: sg.WorkflowServiceStub, run: Driver, name: str) -> None:
-    await stub.SignalWorkflow(
-        s.SignalWorkflowRequest(
-            namespace="default",
-            execution=c.WorkflowExecution(workflow_id=run.workflow_id),
-            signal_name=name,
-        )
-    )
-
-
-async def _signals(run: Driver, name: str) -> int:
-    return sum(
-        1 for e in await run.history() if e.HasField("signal") and e.signal.signal_name == name
-    )
 
 
 async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
@@ -59,19 +43,7 @@ async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
         return transact(db, steps, compare_and_set=compare_and_set)
 
     monkeypatch.setattr(sqlite_writer, "_transact", held)
-    waiting: list[asyncio.Task[Any]] = []  # the handler, waiting for its write
-    seen_cancelled: list[bool] = []
-    real_seen = Pending.seen
-
-    async def seen(self: Pending[Any]) -> tuple[Any, bool]:
-        task = asyncio.current_task()
-        assert task is not None
-        waiting.append(task)
-        outcome = await real_seen(self)
-        seen_cancelled.append(outcome[1])
-        return outcome
-
-    monkeypatch.setattr(Pending, "seen", seen)
+    seen = SeenThrough(monkeypatch)
     call = stub.SignalWorkflow(
         s.SignalWorkflowRequest(
             namespace="default",
@@ -85,14 +57,14 @@ async def test_a_write_whose_client_went_away_lands_once_and_the_run_goes_on(
         with pytest.raises(asyncio.CancelledError):
             await call
         # The server's handler is cancelled while the write is still held.
-        await wait_until(lambda: _now(any(task.cancelling() for task in waiting)))
+        await wait_until(seen.handler_cancelled)
     finally:
         gate.set()
-    await wait_until(lambda: _signals(run, "gone"))
-    await _signal(stub, run, "after")  # on top of it: the node's copy of the run agrees
-    assert await _signals(run, "gone") == 1
-    assert await _signals(run, "after") == 1
-    assert seen_cancelled[0] is True  # the handler was cancelled, and saw the write through
+    await wait_until(lambda: signals(run, "gone"))
+    await signal(stub, run, "after")  # on top of it: the node's copy of the run agrees
+    assert await signals(run, "gone") == 1
+    assert await signals(run, "after") == 1
+    assert seen.cancelled[0] is True  # the handler was cancelled, and saw the write through
 
 
 async def _now(value: bool) -> bool:
