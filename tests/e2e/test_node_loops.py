@@ -33,8 +33,9 @@ def failing_scanner(monkeypatch: pytest.MonkeyPatch) -> None:
 def _connections(postgres_url: str) -> int:
     """The sessions open on the test's own database, other than this one."""
     url = make_url(postgres_url)
-    admin = url.set(database="postgres").render_as_string(hide_password=False)
-    with psycopg.connect(admin) as conn:
+    admin = url.set(drivername="postgresql", database="postgres")
+    admin_url = admin.render_as_string(hide_password=False)
+    with psycopg.connect(admin_url) as conn:
         row = conn.execute(
             "SELECT count(*) FROM pg_stat_activity WHERE datname = %s", (url.database,)
         ).fetchone()
