@@ -15,7 +15,7 @@ from pathlib import Path
 
 import psycopg
 
-from bench.procstat import CLOCK_TICKS, cpu_seconds
+from bench.procstat import CLOCK_TICKS, cpu_seconds, stat_fields
 
 _PROCESSES = """
 SELECT pid FROM pg_stat_activity
@@ -37,11 +37,14 @@ class PgCpu:
         with psycopg.connect(db_url, autocommit=True) as conn:
             pids = [int(row[0]) for row in conn.execute(_PROCESSES).fetchall()]
             own = conn.info.backend_pid
-            postmaster = _parent(own) if _cpu_of_postgres(own) is not None else None
-        if postmaster is None or _cpu_of_postgres(postmaster) is None:
+        if _cpu_of_postgres(own) is None:
+            return None
+        postmaster = int(stat_fields(own)[1])  # (a backend's parent)
+        postmaster_cpu = _cpu_of_postgres(postmaster)
+        if postmaster_cpu is None:
             return None
         seconds = {pid: cpu for pid in pids if (cpu := _cpu_of_postgres(pid)) is not None}
-        seconds[postmaster] = cpu_seconds(postmaster)
+        seconds[postmaster] = postmaster_cpu
         return PgCpu(seconds, _reaped(postmaster))
 
     def since(self, earlier: PgCpu) -> float:
@@ -62,17 +65,7 @@ def _cpu_of_postgres(pid: int) -> float | None:
         return None
 
 
-def _fields(pid: int) -> list[str]:
-    """/proc/PID/stat's fields after the command name (which may hold spaces)."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    return text[text.rindex(")") + 2 :].split()
-
-
-def _parent(pid: int) -> int:
-    return int(_fields(pid)[1])
-
-
 def _reaped(pid: int) -> float:
     """The CPU of the children `pid` has waited for (cutime + cstime)."""
-    fields = _fields(pid)
+    fields = stat_fields(pid)
     return (int(fields[13]) + int(fields[14])) / CLOCK_TICKS

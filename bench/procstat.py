@@ -13,11 +13,18 @@ def cpu_seconds(pid: int) -> float:
     """User + system CPU of all the threads of `pid` so far, in seconds.
 
     The resolution is one clock tick (10 ms), so measure windows of seconds."""
-    text = Path(f"/proc/{pid}/stat").read_text()
-    # The command name may contain spaces; the fields after its ')' do not.
-    fields = text[text.rindex(")") + 2 :].split()
+    fields = stat_fields(pid)
     utime, stime = int(fields[11]), int(fields[12])
     return (utime + stime) / CLOCK_TICKS
+
+
+def stat_fields(pid: int) -> list[str]:
+    """/proc/PID/stat from its third field (the state) on: [1] is the parent,
+    [11] / [12] the process's user / system ticks, [13] / [14] those of the
+    children it has waited for."""
+    text = Path(f"/proc/{pid}/stat").read_text()
+    # The command name may contain spaces; the fields after its ')' do not.
+    return text[text.rindex(")") + 2 :].split()
 
 
 def machine_busy_seconds() -> float:

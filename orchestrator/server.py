@@ -136,9 +136,7 @@ class Server:
             # Nothing half-started is left: the loops already running end (not
             # as faults) and the store is closed, before the error goes up.
             self._stopping = True
-            await self._end_loops()
-            if self._store is not None:
-                await self._store.close()
+            await self._release()
             raise
 
     async def _start(self, before_serving: Callable[[], Awaitable[bool]] | None) -> int:
@@ -468,11 +466,7 @@ class Server:
         try:
             await self._drain(grace)
         finally:
-            # Whatever failed above: the loops end, and the writer's callers are
-            # answered and its connections closed, not left to the loop's sweep.
-            await self._end_loops()
-            if self._store is not None:
-                await self._store.close()
+            await self._release()  # whatever failed above
         log.info("server.stopped")
 
     async def _drain(self, grace: float) -> None:
@@ -495,6 +489,13 @@ class Server:
             with contextlib.suppress(Exception):
                 await self._leadership.release()
         await self._say(node_rows.GONE)
+
+    async def _release(self) -> None:
+        """End the loops and close the store: the writer's callers are answered
+        and its connections closed, not left to the event loop's final sweep."""
+        await self._end_loops()
+        if self._store is not None:
+            await self._store.close()
 
     async def _end_loops(self) -> None:
         """Cancel the node's loops and wait for them to end (`_loop_ended` says

@@ -14,6 +14,7 @@ from bench.processes import Process
 from bench.procstat import machine_busy_seconds
 from bench.rig import Rig, WeftNode
 from bench.workload import TASK_LIST
+from orchestrator.store import dialect
 
 
 async def weft_batch(
@@ -40,7 +41,7 @@ async def weft_batch(
     counts0 = node.server.counts()
     server_cpu0, workers_cpu0 = node.server.cpu(), workers_cpu()
     # (PostgreSQL's sampled outside the machine's window: each sample connects)
-    on_pg = timed and node.db_url.startswith("postgresql")
+    on_pg = timed and dialect.sqlite_path(node.db_url) is None
     pg0 = PgCpu.sample(node.db_url) if on_pg else None
     machine_cpu0 = machine_busy_seconds()
     batch = await run_batch(
