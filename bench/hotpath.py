@@ -44,7 +44,6 @@ import psycopg
 
 from bench import native_profile, pgdb
 from bench.drive import Batch, Completions, run_batch, sample_hand_offs
-from bench.pg_cpu import PgCpu
 from bench.processes import PYTHON, REPO, Counts, Process
 from bench.rig import WeftNode
 from bench.stats import percentile
@@ -112,13 +111,14 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         assert counted is not None or not args.census
         if counted is not None:
             os.kill(counted.pid, signal.SIGUSR1)  # (the warm-up's counts are dropped)
-        pg0 = None if args.sqlite else PgCpu.sample(db_url)  # (before xacts0: it commits)
+        probe = node.pg_probe  # (None on SQLite)
+        pg0 = None if probe is None else probe.sample()  # (before xacts0: it commits)
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
         timed = await batch(args.workflows, "timed")
         cpu = node.server.cpu() - cpu0
         decider_cpu, runner_cpu = _cpu(node.decider) - decider0, _cpu(node.runner) - runner0
-        pg1 = None if pg0 is None else PgCpu.sample(db_url)
+        pg1 = None if probe is None or pg0 is None else probe.sample()
         pg_cpu = None if pg0 is None or pg1 is None else pg1.since(pg0)
         counts = node.server.counts() - counts0
         # The samplers stop with the timed batch: what comes after is idle time.

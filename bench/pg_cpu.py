@@ -6,12 +6,18 @@ The bench's machine CPU holds it already, with the driver's and everything
 else's; this names PostgreSQL's part, so that a write that costs the database
 more shows as such. A backend that ends inside the window (a pool's overflow
 connection closed) is counted through the postmaster, which reaps it: so is
-one of another database's that ends then (nothing else runs during a batch)."""
+one of another database's that ends then (nothing else runs during a batch).
+
+The samples go through one connection held from before the load
+(`PgCpuProbe`): at the load's peak the nodes' pools may hold every connection
+the cluster allows, and a new one is then refused (the full bench's two-node
+point did so, 2026-11-28, at PostgreSQL's default of 100)."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import psycopg
 
@@ -31,22 +37,6 @@ class PgCpu:
     seconds: dict[int, float]
     reaped: float = 0.0
 
-    @staticmethod
-    def sample(db_url: str) -> PgCpu | None:
-        """None if the cluster is not on this machine (or not readable here)."""
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            pids = [int(row[0]) for row in conn.execute(_PROCESSES).fetchall()]
-            own = conn.info.backend_pid
-        if _cpu_of_postgres(own) is None:
-            return None
-        postmaster = int(stat_fields(own)[1])  # (a backend's parent)
-        postmaster_cpu = _cpu_of_postgres(postmaster)
-        if postmaster_cpu is None:
-            return None
-        seconds = {pid: cpu for pid in pids if (cpu := _cpu_of_postgres(pid)) is not None}
-        seconds[postmaster] = postmaster_cpu
-        return PgCpu(seconds, _reaped(postmaster))
-
     def since(self, earlier: PgCpu) -> float:
         """CPU seconds used since `earlier`: by the processes seen now (one new
         since then counts whole), and by those that ended meanwhile (what the
@@ -54,6 +44,38 @@ class PgCpu:
         alive = sum(now - earlier.seconds.get(pid, 0.0) for pid, now in self.seconds.items())
         gone = sum(cpu for pid, cpu in earlier.seconds.items() if pid not in self.seconds)
         return alive + (self.reaped - earlier.reaped) - gone
+
+
+class PgCpuProbe:
+    """A connection to the measured database, held while a node runs, that
+    reads which processes are PostgreSQL's for each sample."""
+
+    def __init__(self, conn: psycopg.Connection[Any], postmaster: int) -> None:
+        self._conn = conn
+        self._postmaster = postmaster
+
+    @classmethod
+    def open(cls, db_url: str) -> PgCpuProbe | None:
+        """None if the cluster is not on this machine (or not readable here)."""
+        conn = psycopg.connect(db_url, autocommit=True)
+        own = conn.info.backend_pid
+        if _cpu_of_postgres(own) is None:
+            conn.close()
+            return None
+        return cls(conn, int(stat_fields(own)[1]))  # (a backend's parent)
+
+    def sample(self) -> PgCpu | None:
+        """None if the postmaster can no longer be read (the cluster went away)."""
+        pids = [int(row[0]) for row in self._conn.execute(_PROCESSES).fetchall()]
+        postmaster_cpu = _cpu_of_postgres(self._postmaster)
+        if postmaster_cpu is None:
+            return None
+        seconds = {pid: cpu for pid in pids if (cpu := _cpu_of_postgres(pid)) is not None}
+        seconds[self._postmaster] = postmaster_cpu
+        return PgCpu(seconds, _reaped(self._postmaster))
+
+    def close(self) -> None:
+        self._conn.close()
 
 
 def _cpu_of_postgres(pid: int) -> float | None:

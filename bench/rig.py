@@ -10,9 +10,11 @@ from pathlib import Path
 
 from bench.drive import Completions
 from bench.peer import DbosPeer
+from bench.pg_cpu import PgCpuProbe
 from bench.processes import Process, WeftServer, weft_worker
 from bench.profile import Profile
 from bench.workload import TASK_LIST
+from orchestrator.store import dialect
 from sdk import AsyncClient
 from sdk.retry import RetryPolicy
 from sdk.tls import TlsConfig
@@ -43,6 +45,9 @@ class WeftNode:
     runner: Process | None
     client: AsyncClient
     db_url: str
+    # PostgreSQL's CPU, sampled through a connection taken before the node's pools
+    # grow (None on SQLite, or with the cluster on another machine).
+    pg_probe: PgCpuProbe | None = None
 
     @classmethod
     async def start(
@@ -71,8 +76,14 @@ class WeftNode:
         )
         if "server" in launch:
             server.run_under(launch["server"])
-        server.start()
-        await server.wait_serving()
+        probe = PgCpuProbe.open(db_url) if dialect.sqlite_path(db_url) is None else None
+        try:
+            server.start()
+            await server.wait_serving()
+        except BaseException:
+            if probe is not None:
+                probe.close()
+            raise
         client = AsyncClient(
             server.address,
             identity="bench-driver",
@@ -81,7 +92,7 @@ class WeftNode:
             api_key=secured.driver_key if secured else None,
         )
         if embed:
-            return cls(server, None, None, client, db_url)
+            return cls(server, None, None, client, db_url, probe)
         common = [*worker_args, "--task-list", TASK_LIST, "bench.workload"]
         workers = {}
         for role, concurrency in (("decider", DECIDER_CONCURRENCY), ("runner", RUNNER_CONCURRENCY)):
@@ -96,7 +107,7 @@ class WeftNode:
             if role in launch:
                 worker.run_under(launch[role])
             workers[role] = worker.start()
-        return cls(server, workers["decider"], workers["runner"], client, db_url)
+        return cls(server, workers["decider"], workers["runner"], client, db_url, probe)
 
     @property
     def workers(self) -> tuple[Process, ...]:
@@ -111,6 +122,8 @@ class WeftNode:
         await self.client.close()
         for proc in (*reversed(self.workers), self.server):
             proc.stop()
+        if self.pg_probe is not None:
+            self.pg_probe.close()
 
 
 @dataclass

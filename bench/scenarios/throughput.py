@@ -9,12 +9,10 @@ from collections.abc import Sequence
 from typing import Any
 
 from bench.drive import run_batch, sample_hand_offs
-from bench.pg_cpu import PgCpu
 from bench.processes import Process
 from bench.procstat import machine_busy_seconds
 from bench.rig import Rig, WeftNode
 from bench.workload import TASK_LIST
-from orchestrator.store import dialect
 
 
 async def weft_batch(
@@ -40,9 +38,9 @@ async def weft_batch(
     prefix = f"{workflow_type}-c{inflight}-{uuid.uuid4().hex[:6]}"
     counts0 = node.server.counts()
     server_cpu0, workers_cpu0 = node.server.cpu(), workers_cpu()
-    # (PostgreSQL's sampled outside the machine's window: each sample connects)
-    on_pg = timed and dialect.sqlite_path(node.db_url) is None
-    pg0 = PgCpu.sample(node.db_url) if on_pg else None
+    # (PostgreSQL's sampled outside the machine's window: each sample is a query)
+    probe = node.pg_probe if timed else None
+    pg0 = probe.sample() if probe is not None else None
     machine_cpu0 = machine_busy_seconds()
     batch = await run_batch(
         node.client,
@@ -57,7 +55,7 @@ async def weft_batch(
     machine_cpu = machine_busy_seconds() - machine_cpu0
     server_cpu = node.server.cpu() - server_cpu0
     spent_by_workers = workers_cpu() - workers_cpu0
-    pg1 = PgCpu.sample(node.db_url) if pg0 is not None else None
+    pg1 = probe.sample() if probe is not None and pg0 is not None else None
     # Parked polls count when they answer: a few straddle the window's ends.
     counts = node.server.counts() - counts0
     node.check_alive()

@@ -5,52 +5,75 @@ from __future__ import annotations
 
 import os
 import time
+from collections.abc import Iterator
+from typing import Any, NoReturn
 
 import psycopg
 import pytest
 
 from bench.hotpath import _pg_cpu_line
-from bench.pg_cpu import PgCpu, _cpu_of_postgres
+from bench.pg_cpu import PgCpu, PgCpuProbe, _cpu_of_postgres
 
 _WORK = "SELECT sum(i) FROM generate_series(1, 3000000) AS i"  # ~0.3 s of a backend's CPU
 
 
-def _here(postgres_url: str) -> PgCpu:
-    before = PgCpu.sample(postgres_url)
-    if before is None:  # (a cluster in a container: its pids are not this machine's)
+@pytest.fixture
+def probe(postgres_url: str) -> Iterator[PgCpuProbe]:
+    opened = PgCpuProbe.open(postgres_url)
+    if opened is None:  # (a cluster in a container: its pids are not this machine's)
         with psycopg.connect(postgres_url) as conn:
             assert _cpu_of_postgres(conn.info.backend_pid) is None, "a local cluster not seen"
         pytest.skip("the test's PostgreSQL does not run on this machine")
-    return before
+    yield opened
+    opened.close()
 
 
-def test_work_on_the_database_shows_as_its_backends_cpu(postgres_url: str) -> None:
+def _sample(probe: PgCpuProbe) -> PgCpu:
+    sample = probe.sample()
+    assert sample is not None
+    return sample
+
+
+def test_work_on_the_database_shows_as_its_backends_cpu(
+    postgres_url: str, probe: PgCpuProbe
+) -> None:
     with psycopg.connect(postgres_url, autocommit=True) as busy:
-        before = _here(postgres_url)
+        before = _sample(probe)
         assert busy.info.backend_pid in before.seconds  # a backend of this database
         busy.execute(_WORK).fetchone()
-        after = PgCpu.sample(postgres_url)
-    assert after is not None
+        after = _sample(probe)
     assert after.since(before) >= 0.05  # /proc counts in 10 ms ticks
     assert after.since(after) == 0.0
 
 
 def test_a_backend_that_ends_in_the_window_is_counted_through_the_postmaster(
-    postgres_url: str,
+    postgres_url: str, probe: PgCpuProbe
 ) -> None:
-    before = _here(postgres_url)
+    before = _sample(probe)
     with psycopg.connect(postgres_url, autocommit=True) as gone:
         gone.execute(_WORK).fetchone()
         pid = gone.info.backend_pid
     # (The backend ends, and the postmaster reaps it, a moment after the close.)
     deadline = time.monotonic() + 5
     while True:
-        after = PgCpu.sample(postgres_url)
-        assert after is not None
+        after = _sample(probe)
         if pid not in after.seconds and after.since(before) >= 0.05:
             break
         assert time.monotonic() < deadline, (pid in after.seconds, after.since(before))
         time.sleep(0.05)
+
+
+def test_a_sample_takes_no_new_connection(
+    probe: PgCpuProbe, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # At the load's peak the nodes' pools may hold every connection the cluster
+    # allows: a sample that connected then was refused (too many clients).
+    def refused(*args: Any, **kwargs: Any) -> NoReturn:
+        raise psycopg.OperationalError("sorry, too many clients already")
+
+    monkeypatch.setattr(psycopg, "connect", refused)
+    before = _sample(probe)
+    assert _sample(probe).since(before) >= 0.0
 
 
 def test_processes_not_on_this_machine_are_not_counted() -> None:
