@@ -133,10 +133,18 @@ class Server:
         try:
             return await self._start(before_serving)
         except BaseException:
-            # Nothing half-started is left: the loops already running end (not
-            # as faults) and the store is closed, before the error goes up.
+            # Nothing half-started is left, before the error goes up: the
+            # listener stops, the node's row says gone and its lease is let go
+            # (a start that failed is no unexpected shutdown, and another node
+            # need not wait out the lease to lead), the loops end (not as
+            # faults) and the store is closed.
             self._stopping = True
-            await self._release()
+            try:
+                await self._drain(0)
+            except Exception:
+                log.exception("server.start_undo_failed")
+            finally:
+                await self._release()
             raise
 
     async def _start(self, before_serving: Callable[[], Awaitable[bool]] | None) -> int:
@@ -245,7 +253,13 @@ class Server:
             await self._health.set(name, health_pb2.HealthCheckResponse.NOT_SERVING)
         await server.start()
         if self.config.metrics_listen:
-            self.metrics.serve(self.config.metrics_listen, self.tls.files if self.tls else None)
+            try:
+                self.metrics.serve(self.config.metrics_listen, self.tls.files if self.tls else None)
+            except OSError as exc:  # (a taken port: say which listener)
+                said = exc.strerror or str(exc)
+                raise OSError(
+                    f"cannot serve metrics on {self.config.metrics_listen}: {said}"
+                ) from exc
         if self.tls is not None:
             self.tls.on_reload(self.metrics.reload_tls)
             self._run_loop(self._watch_tls(), "tls-watch")

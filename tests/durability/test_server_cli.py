@@ -4,6 +4,8 @@ on stderr and a non-zero exit code, never a traceback."""
 from __future__ import annotations
 
 import os
+import socket
+import sqlite3
 import subprocess
 import sys
 from pathlib import Path
@@ -71,6 +73,29 @@ async def test_a_taken_port_fails_instead_of_sharing_it(sqlite_url: str, tmp_pat
         assert "bind" in lines[0].lower()
     finally:
         node.stop()
+
+
+def test_a_start_that_fails_late_leaves_the_node_gone_and_its_lease_free(tmp_path: Path) -> None:
+    # The metrics listener is the last thing a start opens: by then the node has
+    # its row, the upkeep lease and a gRPC listener. None of it may outlive the
+    # failure (before, the row said "starting", the lease held for its period,
+    # and gRPC's server said its own traceback as the process exited).
+    db = tmp_path / "node.db"
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        metrics = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = _run(
+            "--db", f"sqlite:///{db}", "--listen", "127.0.0.1:0", "--metrics-listen", metrics,
+            "--log-level", "warning", cwd=tmp_path,
+        )  # fmt: skip
+    assert done.returncode == 1, done.stderr
+    assert done.stderr.strip().splitlines() == [
+        f"weft server: cannot serve metrics on {metrics}: Address already in use"
+    ]
+    with sqlite3.connect(db) as conn:
+        assert conn.execute("SELECT status FROM nodes").fetchall() == [("gone",)]
+        assert conn.execute("SELECT * FROM leases").fetchall() == []
 
 
 def test_help_lists_the_contract_flags() -> None:
