@@ -73,6 +73,8 @@ class JsonType(click.ParamType):  # type: ignore[type-arg]
             return json.loads(value)
         except json.JSONDecodeError as exc:
             self.fail(f"not valid JSON ({exc.msg} at position {exc.pos}): {value!r}", param, ctx)
+        except RecursionError:  # (the server refuses far shallower nesting anyway)
+            self.fail("JSON nested too deep to read", param, ctx)
 
 
 class AddressType(click.ParamType):  # type: ignore[type-arg]
@@ -93,6 +95,8 @@ class AddressType(click.ParamType):  # type: ignore[type-arg]
 ADDRESS = AddressType()
 DURATION = DurationType()
 JSON = JsonType()
+# The levels `weft server`, `weft runner` and `weft decider` log at.
+LOG_LEVEL = click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False)
 
 
 # Where the TLS options leave their values for `client_tls` (not as arguments:

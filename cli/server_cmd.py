@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from cli.gc_settings import tune_collector
-from cli.params import DURATION, SizeType
+from cli.params import DURATION, LOG_LEVEL, SizeType
 from orchestrator.config import (
     DEFAULT_DB,
     DEFAULT_LISTEN,
@@ -241,7 +241,9 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     " (default: weft decider's"
     " and weft runner's own)",
 )
-@click.option("--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True)
+@click.option(
+    "--log-level", envvar="WEFT_LOG_LEVEL", type=LOG_LEVEL, default="info", show_default=True
+)
 def server(
     db_url: str,
     listen: str,

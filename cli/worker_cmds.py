@@ -10,7 +10,7 @@ import click
 
 from cli.errors import EXIT_USAGE, exit_code, fail
 from cli.gc_settings import tune_collector
-from cli.params import DURATION, client_api_key, client_tls, server_options
+from cli.params import DURATION, LOG_LEVEL, client_api_key, client_tls, server_options
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -42,7 +42,11 @@ def worker_options(what: str, concurrency: int, grace: str) -> Callable[[F], F]:
                     help="time to finish on SIGTERM",
                 ),
                 click.option(
-                    "--log-level", envvar="WEFT_LOG_LEVEL", default="info", show_default=True
+                    "--log-level",
+                    envvar="WEFT_LOG_LEVEL",
+                    type=LOG_LEVEL,
+                    default="info",
+                    show_default=True,
                 ),
                 server_options,
             )

@@ -11,6 +11,8 @@ from google.protobuf.duration_pb2 import Duration
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
 _PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
+# A day short of timedelta's largest: float seconds round, and must stay below it.
+_LONGEST = (timedelta.max - timedelta(days=1)).total_seconds()
 
 
 def parse_duration(text: str) -> timedelta:
@@ -25,8 +27,18 @@ def parse_duration(text: str) -> timedelta:
         total += float(match.group(1)) * _UNITS[match.group(2)]
         pos = match.end()
     if pos != len(raw):
-        raise ValueError(f"invalid duration {text!r}: use e.g. 500ms, 10s, 5m, 2h, 7d or 1h30m")
+        raise ValueError(
+            f"invalid duration {_shown(text)}: use e.g. 500ms, 10s, 5m, 2h, 7d or 1h30m"
+        )
+    if not total <= _LONGEST:  # (past what a timedelta holds; NaN cannot arise, inf can)
+        raise ValueError(
+            f"duration {_shown(text)} is out of range (longer than a timedelta can hold)"
+        )
     return timedelta(seconds=total)
+
+
+def _shown(text: str) -> str:
+    return repr(text) if len(text) <= 40 else f"{text[:40]!r}…"
 
 
 def duration(value: timedelta | None) -> Duration | None:

@@ -34,6 +34,17 @@ USAGE_ERRORS = {
     "runner-unknown-option": ("runner", ["examples.order", "--bogus"]),
     "decider-missing-module": ("decider", []),
     "decider-unknown-option": ("decider", ["examples.order", "--bogus"]),
+    # Past what Python can hold: refused as text, not an OverflowError or a RecursionError.
+    "start-timeout-past-any-date": (
+        "start",
+        ["t", "--task-list", "tl", "--execution-timeout", "99999999999h"],
+    ),
+    "start-input-nested-past-the-reader": (
+        "start",
+        ["t", "--task-list", "tl", "--input", "[" * 100_000],
+    ),
+    "runner-unknown-log-level": ("runner", ["examples.order", "--log-level", "bogus"]),
+    "decider-unknown-log-level": ("decider", ["examples.order", "--log-level", "bogus"]),
 }
 
 

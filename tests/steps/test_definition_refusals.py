@@ -37,6 +37,11 @@ REFUSED: dict[str, tuple[str, int, str]] = {
     "empty-steps": ("name: wf\nsteps: []\n", 2, "`steps` must be a non-empty list"),
     "steps-not-a-list": ("name: wf\nsteps: return x\n", 2, "`steps` must be a non-empty list"),
     "bad-workflow-timeout": ("name: wf\ntimeout: 5x\n", 2, "timeout: invalid duration '5x'"),
+    "huge-workflow-timeout": (
+        "name: wf\ntimeout: 99999999999h\n",
+        2,
+        "timeout: duration '99999999999h' is out of range",
+    ),
     "bad-execution-timeout": (
         "name: wf\nexecution-timeout: soon\n",
         2,
