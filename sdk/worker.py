@@ -34,6 +34,7 @@ from sdk.errors import (
 )
 from sdk.poll_connections import spread_connections
 from sdk.sync_client import Client
+from sdk.tls import TlsError
 from sdk.worker_session import WorkerSession
 
 log = structlog.get_logger("weft.worker")
@@ -59,6 +60,9 @@ _REFUSED = (
     UnauthenticatedError,
     ResourceExhaustedError,
 )
+# What a worker's registration can be refused with that asking again will not
+# change: it ends the worker at its start (`run_async`).
+_REFUSED_FOR_GOOD = (InvalidArgumentError, PermissionDeniedError, UnauthenticatedError, TlsError)
 
 
 class Lane:
@@ -204,6 +208,12 @@ class Worker:
             if not await self._until_stopped(self.session.open()):
                 log.info("worker.stopped", kind=self.kind, identity=self.identity)
                 return
+        except _REFUSED_FOR_GOOD:
+            # Not a server away: asking again gets the same answer (a key
+            # refused, a grant missing, TLS set up one way here and another
+            # there), so the worker ends with it, as a decider's registration
+            # does, instead of polling into the same refusal without end.
+            raise
         except WeftError as exc:  # polls go on without one; the keeper tries again
             log.warning("worker.session_failed", identity=self.identity, error=exc.message)
         keeper = asyncio.create_task(self.session.keep())

@@ -330,6 +330,24 @@ def test_client_commands_refuse_missing_and_bad_keys_in_one_line(
     assert not auth_server.sdk.list(workflow_type=never)
 
 
+def test_workers_with_a_refused_key_exit_at_once_in_one_line(auth_server: AuthServer) -> None:
+    # A setting to fix, not a server away: before, a runner polled into the
+    # refusal without end, a log line per poll each second.
+    roles = ("runner", "decider")
+    args = ("--task-list", "tl", "examples.order")
+    done = run_all(
+        [command(role, *args, address=auth_server.address, key="garbage") for role in roles]
+    )
+    for role, result in zip(roles, done, strict=True):
+        assert result.returncode == 1, show(result)
+        assert "Traceback" not in result.stderr
+        line = result.stderr.splitlines()[-1]  # after the process's own JSON log lines
+        assert line.startswith(f"weft {role}: ") and "the API key is malformed" in line, show(
+            result
+        )
+        assert '"poll.' not in result.stderr  # it never polled
+
+
 def test_weft_api_key_variable_is_the_key(auth_server: AuthServer) -> None:
     _, key = auth_server.create("reader")
     listing = command("list", address=auth_server.address)

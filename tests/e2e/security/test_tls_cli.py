@@ -144,20 +144,20 @@ def test_a_decider_with_a_refused_certificate_exits_at_once(
     assert "expired on" in line, line
 
 
-async def test_a_runner_with_a_refused_certificate_says_why_while_it_waits(
-    mtls_server: ServerProcess, pki: Pki, tmp_path: Path, workers: list[WorkerProcess]
+def test_a_runner_with_a_refused_certificate_exits_at_once(
+    mtls_server: ServerProcess, pki: Pki
 ) -> None:
-    """A runner's polls keep going whatever fails (the SDK's poll loop), so a
-    fixed certificate is picked up without a restart; each failed poll logs why."""
+    """As a decider: a refusal at the start is a setting to fix, not a server
+    away (before, the runner polled into the refusal without end, a log line
+    per poll each second)."""
     args = [*tls_flags(pki, "expired_client"), "--task-list", "orders", "examples.order"]
-    runner = WorkerProcess("runner", args, mtls_server.address, tmp_path, "runner").start()
-    workers.append(runner)
-
-    async def said() -> bool:
-        assert runner.running, runner.log_tail()
-        return '"event": "poll.unavailable"' in runner.log() and "expired on" in runner.log()
-
-    await wait_until(said, timeout=30)
+    done = weft("runner", *args, address=mtls_server.address)
+    assert done.returncode == 4, done.stderr
+    assert "Traceback" not in done.stderr
+    line = done.stderr.splitlines()[-1]  # after the process's own JSON log lines
+    assert line.startswith("weft runner: "), done.stderr
+    assert "expired on" in line, line
+    assert '"poll.' not in done.stderr  # it never polled
 
 
 def test_a_certificate_without_its_key_is_a_usage_error(
