@@ -36,6 +36,7 @@ from orchestrator.metrics import Metrics
 from orchestrator.schedules.runner import ScheduleRunner
 from orchestrator.store import dialect, notices
 from orchestrator.store import nodes as node_rows
+from orchestrator.store.node_lock import SqliteNodeLock
 from orchestrator.store.rows import utcnow
 from orchestrator.store.store import Committed, Store, TaskListKey
 from orchestrator.timers.scanner import DeadlineScanner
@@ -69,6 +70,7 @@ class Server:
         self._faulted = asyncio.Event()
         self._grpc: grpc.aio.Server | None = None
         self._store: Store | None = None
+        self._node_lock: SqliteNodeLock | None = None
         self._service: WorkflowService | None = None
         self._lanes: lanes.Lanes | None = None
         self._admin: AdminService | None = None
@@ -156,6 +158,9 @@ class Server:
             self.tls = ServerTls(
                 TlsFiles(self.config.tls_cert, self.config.tls_key, self.config.tls_client_ca)
             )
+        sqlite_file = dialect.sqlite_path(self.config.db_url)
+        if sqlite_file is not None:  # (one node on SQLite: a second is refused here)
+            self._node_lock = SqliteNodeLock.take(sqlite_file)
         # Group commit only in a node of one process: with `--workers N` on one
         # machine, groups made more tasks go from process to process through
         # the database (bench.hotpath --server-workers 2, 2026-11-27: 340 to 370
@@ -510,6 +515,8 @@ class Server:
         await self._end_loops()
         if self._store is not None:
             await self._store.close()
+        if self._node_lock is not None:
+            self._node_lock.release()  # (after the close: the file is no longer written)
 
     async def _end_loops(self) -> None:
         """Cancel the node's loops and wait for them to end (`_loop_ended` says

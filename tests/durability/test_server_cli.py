@@ -75,6 +75,27 @@ async def test_a_taken_port_fails_instead_of_sharing_it(sqlite_url: str, tmp_pat
         node.stop()
 
 
+async def test_a_second_node_on_one_sqlite_file_is_refused(tmp_path: Path) -> None:
+    # Both would lead the upkeep (schedules fired twice) and neither would hear
+    # of the other's tasks. The lock dies with its process, kill -9 included.
+    url = f"sqlite:///{tmp_path}/one.db"
+    first = ServerProcess(url, tmp_path)
+    await first.start()
+    try:
+        done = _run("--db", url, "--listen", "127.0.0.1:0", "--log-level", "warning", cwd=tmp_path)
+        assert done.returncode == 1, done.stderr
+        assert done.stderr.strip().splitlines() == [
+            f"weft server: another node serves {tmp_path}/one.db (process {first.proc.pid}):"
+            " SQLite takes one node; point every node at PostgreSQL to run several"
+        ]
+        first.kill9()
+        again = ServerProcess(url, tmp_path)
+        await again.start()  # (the crashed node's lock went with it)
+        again.stop()
+    finally:
+        first.stop()
+
+
 def test_a_start_that_fails_late_leaves_the_node_gone_and_its_lease_free(tmp_path: Path) -> None:
     # The metrics listener is the last thing a start opens: by then the node has
     # its row, the upkeep lease and a gRPC listener. None of it may outlive the
