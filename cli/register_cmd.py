@@ -20,7 +20,6 @@ from cli.errors import EXIT_USAGE, fail, reports_errors
 from cli.params import server_options
 from orchestrator.engine.limits import MAX_DEFINITION_BYTES
 from workers.steps.definition import DefinitionError, load_file
-from workers.steps.model import Definition
 
 
 @click.command()
@@ -30,11 +29,10 @@ from workers.steps.model import Definition
 def register(files: tuple[Path, ...], address: str, namespace: str) -> None:
     """Register step-workflow definitions (type name + version) from YAML files."""
     try:
-        loaded = [load_file(path) for path in files]
+        # (a file over the server's limit is refused here, before more of it is read)
+        loaded = [load_file(path, MAX_DEFINITION_BYTES) for path in files]
     except DefinitionError as exc:
         fail("register", str(exc), EXIT_USAGE)
-    for definition in loaded:
-        _check_size(definition)
     with connect(address, namespace) as client:
         for definition in loaded:
             client.register_workflow_type(
@@ -49,16 +47,3 @@ def register(files: tuple[Path, ...], address: str, namespace: str) -> None:
             click.echo(
                 f"registered {definition.name} version {definition.version} from {definition.path}"
             )
-
-
-def _check_size(definition: Definition) -> None:
-    """Refuse a definition the server would refuse, before any file is sent, so
-    one file over the limit registers nothing (the server checks it again)."""
-    size = len(definition.source.encode())
-    if size > MAX_DEFINITION_BYTES:
-        fail(
-            "register",
-            f"{definition.path}: the definition is {size} bytes:"
-            f" the limit is {MAX_DEFINITION_BYTES} bytes",
-            EXIT_USAGE,
-        )

@@ -6,12 +6,14 @@ is checked before any is sent)."""
 from __future__ import annotations
 
 import re
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.cli.support import error_line, ok, ok_json, weft
+from tests.cli.support import error_line, ok, ok_json, unreachable_address, weft
 from tests.helpers import unique
+from tests.serverproc import WEFT
 
 STEPS = "steps:\n  - return done\n"
 
@@ -190,8 +192,6 @@ def test_an_unreadable_file_exits_2_naming_it(
 
 
 def test_a_bad_file_is_refused_before_contacting_the_server(tmp_path: Path) -> None:
-    from tests.cli.support import unreachable_address
-
     path = write(tmp_path, "bad.yaml", "name: x\ntimeout: forever\n")
     line = error_line(weft("register", str(path), address=unreachable_address()), "register", 2)
     assert line.startswith(f"weft register: {path}:2: ")
@@ -208,6 +208,20 @@ def test_a_definition_over_the_limit_registers_nothing(address: str, tmp_path: P
     assert "the limit is 262144 bytes" in line
     assert_not_registered(address, good_name)
     assert_not_registered(address, big_name)
+
+
+def test_an_endless_file_is_refused_without_reading_it_whole(tmp_path: Path) -> None:
+    # Before, the whole file was read, then measured: /dev/zero until memory ran out.
+    done = subprocess.run(
+        ["/bin/sh", "-c", 'ulimit -v 1000000 && exec "$@"', "sh", str(WEFT), "register",
+         "/dev/zero", "--address", unreachable_address()],
+        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
+    )  # fmt: skip
+    line = error_line(done, "register", 2)
+    assert line == (
+        "weft register: /dev/zero: the definition is more than 262144 bytes:"
+        " the limit is 262144 bytes"
+    )
 
 
 def test_a_start_without_a_version_snapshots_the_registered_definition(

@@ -152,12 +152,18 @@ def parse(text: str, path: str = "<definition>") -> Definition:
     return replace(definition, source=text, path=path)
 
 
-def load_file(path: Path) -> Definition:
-    """Read a definition file (UTF-8) and parse it."""
+def load_file(path: Path, max_bytes: int | None = None) -> Definition:
+    """Read a definition file (UTF-8) and parse it; with `max_bytes`, a file
+    longer than that is refused before more of it is read (`/dev/zero`)."""
     try:
-        raw = path.read_bytes()
+        with path.open("rb") as file:
+            raw = file.read() if max_bytes is None else file.read(max_bytes + 1)
     except OSError as exc:
         raise DefinitionError(f"{path}: cannot read: {exc.strerror or exc}") from None
+    if max_bytes is not None and len(raw) > max_bytes:
+        raise DefinitionError(
+            f"{path}: the definition is more than {max_bytes} bytes: the limit is {max_bytes} bytes"
+        )
     try:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
