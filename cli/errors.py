@@ -36,6 +36,8 @@ def fail(command: str, message: str, code: int = EXIT_FAILED) -> NoReturn:
 
 
 def exit_code(exc: BaseException) -> int:
+    if isinstance(exc, UnicodeEncodeError):  # (see `describe`)
+        return EXIT_USAGE
     if isinstance(exc, NotFoundError):
         return EXIT_NOT_FOUND
     if isinstance(exc, UnavailableError):
@@ -69,6 +71,11 @@ def reports_errors(fn: F) -> F:
 
 
 def describe(exc: BaseException, address: str) -> str:
+    if isinstance(exc, UnicodeEncodeError):
+        # Text that cannot be sent: an argument that was not UTF-8 (Python
+        # keeps its bytes as lone surrogates), or a JSON "\\ud800" escape.
+        bad = exc.object[exc.start : exc.end] if isinstance(exc.object, str) else ""
+        return f"text that is not valid UTF-8 cannot be sent ({bad!r} in {exc.object[:40]!r})"
     if isinstance(exc, UnavailableError):
         return f"cannot reach a Weft server at {address}: {one_line(exc.message)}"
     if isinstance(exc, WeftError):

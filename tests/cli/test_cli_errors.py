@@ -43,6 +43,10 @@ USAGE_ERRORS = {
         "start",
         ["t", "--task-list", "tl", "--input", "[" * 100_000],
     ),
+    # Text that cannot be sent: bytes that are not UTF-8 (Python keeps them as lone
+    # surrogates), and a JSON escape of a lone surrogate.
+    "describe-id-not-utf8": ("describe", ["a\udcffb"]),
+    "start-input-lone-surrogate": ("start", ["t", "--task-list", "tl", "--input", '"\\ud800"']),
     "runner-unknown-log-level": ("runner", ["examples.order", "--log-level", "bogus"]),
     "decider-unknown-log-level": ("decider", ["examples.order", "--log-level", "bogus"]),
 }
