@@ -87,6 +87,17 @@ def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
+def check_api_key(key: str) -> None:
+    """ValueError unless `key` can travel in a call's `authorization` header:
+    visible ASCII (Weft's keys are; gRPC refuses anything else only once the
+    call is sent, with an error that names no header)."""
+    if not all("!" <= c <= "~" for c in key):
+        raise ValueError(
+            "the API key holds a character a gRPC header cannot carry"
+            " (a key is visible ASCII, without spaces)"
+        )
+
+
 class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls, VisibilityCalls):
     """A connection to a Weft server, for one namespace.
 
@@ -118,6 +129,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         in_process: InProcess | None = None,
     ) -> None:
         self.address = address
+        if api_key:
+            check_api_key(api_key)
         self.api_key = api_key or None
         self._metadata = (("authorization", f"Bearer {api_key}"),) if api_key else None
         self.namespace = namespace
