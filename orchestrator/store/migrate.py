@@ -12,8 +12,12 @@ from pathlib import Path
 
 from alembic import command
 from alembic.config import Config
-from sqlalchemy import create_engine, text
+from alembic.script import ScriptDirectory
+from alembic.util import CommandError
+from sqlalchemy import create_engine, inspect, text
 from sqlalchemy.engine import Connection, make_url
+
+from orchestrator.store.schema import metadata
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_KEY = 0x5745_4654_0001  # "WEFT" + 1
@@ -60,7 +64,9 @@ def upgrade(url: str) -> None:
                 conn.execute(text("SELECT pg_advisory_lock(:k)"), {"k": _ADVISORY_KEY})
                 conn.commit()
             try:
-                command.upgrade(alembic_config(conn), "head")
+                config = alembic_config(conn)
+                _check_made_by_weft(conn, config)
+                command.upgrade(config, "head")
                 conn.commit()
             finally:
                 if is_pg:
@@ -68,3 +74,33 @@ def upgrade(url: str) -> None:
                     conn.commit()
     finally:
         engine.dispose()
+
+
+class ForeignSchema(RuntimeError):
+    """The database is not one this Weft can migrate; nothing was changed."""
+
+
+def _check_made_by_weft(conn: Connection, config: Config) -> None:
+    """Refuse, before any change, a database that a newer Weft made (an older
+    one would misread it), or that Weft did not make but that holds tables of
+    its names: the upgrade would fail part way, and on SQLite (whose driver
+    commits each `CREATE TABLE`) leave Weft's other tables behind in it."""
+    tables = set(inspect(conn).get_table_names())
+    if "alembic_version" in tables:
+        version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
+        if version is None:
+            return
+        try:
+            ScriptDirectory.from_config(config).get_revision(str(version))
+        except CommandError:
+            raise ForeignSchema(
+                f"the database's schema ({version}) was made by a newer Weft than this one:"
+                " run that version, or a newer one"
+            ) from None
+        return
+    taken = sorted(tables & set(metadata.tables))
+    if taken:
+        raise ForeignSchema(
+            f"the database holds tables named as Weft's ({', '.join(taken[:4])}) that Weft"
+            " did not make: give Weft a database of its own"
+        )

@@ -108,6 +108,38 @@ def test_second_upgrade_is_a_no_op(empty_url: str) -> None:
         engine.dispose()
 
 
+def test_a_database_weft_did_not_make_is_refused_unchanged(empty_url: str) -> None:
+    # Before, the upgrade failed at Weft's `nodes` table, and on SQLite left the
+    # tables made before it (and alembic_version) in the other program's database.
+    engine = create_engine(migrate.sync_url(empty_url))
+    try:
+        with engine.begin() as conn:
+            conn.execute(text("CREATE TABLE nodes (theirs INTEGER)"))
+            conn.execute(text("CREATE TABLE their_own (x INTEGER)"))
+        with pytest.raises(migrate.ForeignSchema, match=r"named as Weft's \(nodes\)"):
+            migrate.upgrade(empty_url)
+        with engine.connect() as conn:
+            assert set(inspect(conn).get_table_names()) == {"nodes", "their_own"}
+    finally:
+        engine.dispose()
+
+
+def test_a_database_of_a_newer_weft_is_refused_unchanged(empty_url: str) -> None:
+    engine = create_engine(migrate.sync_url(empty_url))
+    try:
+        migrate.upgrade(empty_url)
+        with engine.begin() as conn:
+            conn.execute(text("UPDATE alembic_version SET version_num = '9999'"))
+            shape = _shape(conn)
+        with pytest.raises(migrate.ForeignSchema, match=r"\(9999\) was made by a newer Weft"):
+            migrate.upgrade(empty_url)
+        with engine.connect() as conn:
+            assert _shape(conn) == shape
+            assert conn.scalar(text("SELECT version_num FROM alembic_version")) == "9999"
+    finally:
+        engine.dispose()
+
+
 def _function_arguments(conn: Connection, name: str) -> list[str]:
     rows = conn.execute(
         text("SELECT pg_get_function_identity_arguments(oid) FROM pg_proc WHERE proname = :n"),
