@@ -12,6 +12,7 @@ import asyncio
 import contextlib
 import os
 import socket
+import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
@@ -73,6 +74,9 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # UNAVAILABLE: the server or its database is away; ABORTED: the request lost a
 # race with a concurrent update and nothing was written.
 _RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
+# A server out of reach this long is said (once, at warning) while the calls
+# wait for it, and its return after that; a shorter blip (a restart) is not.
+SAY_AWAY_AFTER = 2.0
 # Methods of AdminService; every other method is WorkflowService's.
 _ADMIN_METHODS = frozenset(a.DESCRIPTOR.services_by_name["AdminService"].methods_by_name)
 _OUTCOMES: dict[str, type[WorkflowOutcomeError]] = {
@@ -146,6 +150,10 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         self.in_process = in_process
         """Set (`weft server --embed`): calls go to the node's services in this
         process, without gRPC, not to `address`."""
+        # Since when calls have found the server out of reach (monotonic), and
+        # whether that was said (`_away`, `_back`).
+        self._away_since: float | None = None
+        self._said_away = False
 
     def fork(self) -> AsyncClient:
         """A client like this one on a connection of its own (not shared with
@@ -556,7 +564,10 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         seconds = timeout.total_seconds() if timeout is not None else None
         while True:
             try:
-                return await self._call(method, request, seconds)
+                response = await self._call(method, request, seconds)
+                if self._away_since is not None:
+                    self._back()
+                return response
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
                 if not retried:
@@ -580,7 +591,28 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                 if wait is None:
                     raise from_rpc_error(exc) from exc
                 log.debug("rpc.retry", method=method, wait=round(wait, 3), error=exc.details())
+                if code == grpc.StatusCode.UNAVAILABLE:
+                    self._away(exc.details() or "")
                 await asyncio.sleep(wait)
+
+    def _away(self, error: str) -> None:
+        """A call found the server out of reach and will try again: say so once
+        it has lasted `SAY_AWAY_AFTER` (a worker waits without end, at debug
+        level each retry: without this an operator saw nothing)."""
+        now = time.monotonic()
+        if self._away_since is None:
+            self._away_since = now
+        elif not self._said_away and now - self._away_since >= SAY_AWAY_AFTER:
+            self._said_away = True
+            log.warning(
+                "server.unreachable", address=self.address, error=error[:200], retrying=True
+            )
+
+    def _back(self) -> None:
+        if self._said_away:
+            away = time.monotonic() - (self._away_since or 0.0)
+            log.warning("server.reachable", address=self.address, after_s=round(away, 1))
+        self._away_since, self._said_away = None, False
 
     async def _call(self, method: str, request: Message, timeout: float | None) -> Any:
         """One call of `method`: a worker's task calls on lanes (`sdk.lanes`)."""

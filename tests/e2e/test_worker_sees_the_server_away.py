@@ -1,0 +1,41 @@
+"""A worker whose server is out of reach waits for it without end, and says so:
+once, at warning, after `SAY_AWAY_AFTER`, and once more when it is back (each
+retry is only a debug line, so before, an operator saw nothing at all)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from tests.helpers import wait_until
+from tests.serverproc import ServerProcess
+from tests.workerproc import WorkerProcess
+
+
+async def test_a_runner_says_its_server_is_away_and_back(
+    sqlite_url: str, tmp_path: Path, workers: list[WorkerProcess]
+) -> None:
+    node = ServerProcess(sqlite_url, tmp_path)  # (its port chosen, nothing on it yet)
+    runner = WorkerProcess(
+        "runner", ["--task-list", "tl", "examples.order"], node.address, tmp_path, "runner"
+    ).start()
+    workers.append(runner)
+
+    def said(event: str) -> int:
+        assert runner.running, runner.log_tail()
+        return runner.log().count(f'"event": "server.{event}"')
+
+    async def away() -> bool:
+        return said("unreachable") == 1
+
+    await wait_until(away, timeout=30)
+    await node.start()
+    try:
+
+        async def back() -> bool:
+            return said("reachable") == 1
+
+        await wait_until(back, timeout=30)
+        assert said("unreachable") == 1  # once for the outage, not once per call
+        assert node.address in runner.log()
+    finally:
+        node.stop()
