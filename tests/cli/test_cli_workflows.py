@@ -239,6 +239,7 @@ def test_start_reuses_an_id_once_its_run_is_closed(address: str, idle_task_list:
         (["--wait", "--timeout", "soon"], "--timeout"),
         (["--execution-timeout", "0s"], "execution_timeout"),
         (["--id", "x" * 1001], "workflow_id"),
+        (["--id", "   "], "workflow_id is only whitespace"),
         (["--task-list", "tab\there"], "control characters"),
     ],
     ids=[
@@ -249,6 +250,7 @@ def test_start_reuses_an_id_once_its_run_is_closed(address: str, idle_task_list:
         "bad-wait-timeout",
         "zero-execution-timeout",
         "id-too-long",
+        "id-of-spaces",
         "control-char-task-list",
     ],
 )
