@@ -12,7 +12,6 @@ import asyncio
 import contextlib
 import os
 import socket
-import time
 import uuid
 from collections.abc import AsyncGenerator, AsyncIterator
 from datetime import timedelta
@@ -29,7 +28,7 @@ from sdk.api.weft.v1 import service_pb2 as s
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.cluster import ClusterCalls
 from sdk.converter import DEFAULT_CONVERTER, PayloadConverter
-from sdk.credentials import CredentialCalls
+from sdk.credentials import CredentialCalls, check_api_key
 from sdk.diagnostics import DiagnosticCalls
 from sdk.durations import duration
 from sdk.errors import (
@@ -46,14 +45,14 @@ from sdk.errors import (
 from sdk.events import CLOSE_TYPES, Event, event_from_proto
 from sdk.in_process import InProcess
 from sdk.lanes import LANE_METHODS, PLACEMENT_WAIT, Lanes, LanesUnsupported, Placement
+from sdk.lock_calls import LockCalls
+from sdk.reachability import Reachability
 from sdk.retry import DEFAULT_RETRY, RetryPolicy
 from sdk.schedules import ScheduleCalls
 from sdk.tls import TlsConfig, diagnose, looks_like_tls, open_channel, tls_config
 from sdk.visibility import VisibilityCalls
 from sdk.workflows import (
     STATUS_FILTERS,
-    ForcedRelease,
-    LockInfo,
     NamespaceInfo,
     WorkflowDescription,
     WorkflowInfo,
@@ -74,9 +73,6 @@ MAX_MESSAGE_BYTES = 64 * 1024 * 1024
 # UNAVAILABLE: the server or its database is away; ABORTED: the request lost a
 # race with a concurrent update and nothing was written.
 _RETRIED = frozenset({grpc.StatusCode.UNAVAILABLE, grpc.StatusCode.ABORTED})
-# A server out of reach this long is said (once, at warning) while the calls
-# wait for it, and its return after that; a shorter blip (a restart) is not.
-SAY_AWAY_AFTER = 2.0
 # Methods of AdminService; every other method is WorkflowService's.
 _ADMIN_METHODS = frozenset(a.DESCRIPTOR.services_by_name["AdminService"].methods_by_name)
 _OUTCOMES: dict[str, type[WorkflowOutcomeError]] = {
@@ -91,18 +87,9 @@ def default_identity() -> str:
     return f"{socket.gethostname()}:{os.getpid()}"
 
 
-def check_api_key(key: str) -> None:
-    """ValueError unless `key` can travel in a call's `authorization` header:
-    visible ASCII (Weft's keys are; gRPC refuses anything else only once the
-    call is sent, with an error that names no header)."""
-    if not all("!" <= c <= "~" for c in key):
-        raise ValueError(
-            "the API key holds a character a gRPC header cannot carry"
-            " (a key is visible ASCII, without spaces)"
-        )
-
-
-class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls, VisibilityCalls):
+class AsyncClient(
+    CredentialCalls, ClusterCalls, DiagnosticCalls, LockCalls, ScheduleCalls, VisibilityCalls
+):
     """A connection to a Weft server, for one namespace.
 
     Create it anywhere; the gRPC channel opens on first use, inside the running
@@ -150,10 +137,7 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         self.in_process = in_process
         """Set (`weft server --embed`): calls go to the node's services in this
         process, without gRPC, not to `address`."""
-        # Since when calls have found the server out of reach (monotonic), and
-        # whether that was said (`_away`, `_back`).
-        self._away_since: float | None = None
-        self._said_away = False
+        self._reach = Reachability(address)
 
     def fork(self) -> AsyncClient:
         """A client like this one on a connection of its own (not shared with
@@ -390,31 +374,6 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         )
         return resp.run_id, resp.new_run
 
-    async def list_locks(self, name: str = "") -> list[LockInfo]:
-        """The namespace's locks that have a holder or waiters (only `name` if given)."""
-        resp = await self.rpc(
-            "ListLocks", a.ListLocksRequest(namespace=self.namespace, lock_name=name)
-        )
-        return [LockInfo.from_proto(info) for info in resp.locks]
-
-    async def force_release_lock(self, name: str, *, reason: str = "") -> ForcedRelease:
-        """Take a lock from its holder (an operator's last resort): the holder's history
-        records a forced `LockReleased` with this client's identity and the reason, and
-        the next waiter gets the lock. NotFoundError if nobody holds it."""
-        resp = await self.rpc(
-            "ForceReleaseLock",
-            a.ForceReleaseLockRequest(
-                namespace=self.namespace, lock_name=name, identity=self.identity, reason=reason
-            ),
-        )
-        return ForcedRelease(
-            lock_name=name,
-            released_workflow_id=resp.released_workflow_id,
-            released_run_id=resp.released_run_id,
-            granted_workflow_id=resp.granted_workflow_id,
-            granted_run_id=resp.granted_run_id,
-        )
-
     async def history(self, workflow_id: str, *, run_id: str = "") -> list[Event]:
         """The run's whole history as it stands (the current run unless `run_id`)."""
         return [event async for event in self.iter_history(workflow_id, run_id=run_id)]
@@ -565,8 +524,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
         while True:
             try:
                 response = await self._call(method, request, seconds)
-                if self._away_since is not None:
-                    self._back()
+                if self._reach.away_since is not None:
+                    self._reach.back()
                 return response
             except grpc.aio.AioRpcError as exc:
                 code = exc.code()
@@ -592,27 +551,8 @@ class AsyncClient(CredentialCalls, ClusterCalls, DiagnosticCalls, ScheduleCalls,
                     raise from_rpc_error(exc) from exc
                 log.debug("rpc.retry", method=method, wait=round(wait, 3), error=exc.details())
                 if code == grpc.StatusCode.UNAVAILABLE:
-                    self._away(exc.details() or "")
+                    self._reach.away(exc.details() or "")
                 await asyncio.sleep(wait)
-
-    def _away(self, error: str) -> None:
-        """A call found the server out of reach and will try again: say so once
-        it has lasted `SAY_AWAY_AFTER` (a worker waits without end, at debug
-        level each retry: without this an operator saw nothing)."""
-        now = time.monotonic()
-        if self._away_since is None:
-            self._away_since = now
-        elif not self._said_away and now - self._away_since >= SAY_AWAY_AFTER:
-            self._said_away = True
-            log.warning(
-                "server.unreachable", address=self.address, error=error[:200], retrying=True
-            )
-
-    def _back(self) -> None:
-        if self._said_away:
-            away = time.monotonic() - (self._away_since or 0.0)
-            log.warning("server.reachable", address=self.address, after_s=round(away, 1))
-        self._away_since, self._said_away = None, False
 
     async def _call(self, method: str, request: Message, timeout: float | None) -> Any:
         """One call of `method`: a worker's task calls on lanes (`sdk.lanes`)."""

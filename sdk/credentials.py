@@ -12,6 +12,17 @@ from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.durations import duration
 
 
+def check_api_key(key: str) -> None:
+    """ValueError unless `key` can travel in a call's `authorization` header:
+    visible ASCII (Weft's keys are; gRPC refuses anything else only once the
+    call is sent, with an error that names no header)."""
+    if not all("!" <= c <= "~" for c in key):
+        raise ValueError(
+            "the API key holds a character a gRPC header cannot carry"
+            " (a key is visible ASCII, without spaces)"
+        )
+
+
 class CredentialCalls:
     """Mixed into `AsyncClient`, which provides `namespace` and `rpc`."""
 

@@ -1,5 +1,5 @@
 """A worker whose server is out of reach waits for it without end, and says so:
-once, at warning, after `SAY_AWAY_AFTER`, and once more when it is back (each
+once, at warning, after `SAY_AWAY_AFTER` (sdk.reachability), and once more when it is back (each
 retry is only a debug line, so before, an operator saw nothing at all)."""
 
 from __future__ import annotations
