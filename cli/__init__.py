@@ -8,27 +8,50 @@ Errors are one line on stderr with the exit codes of CONTRACT.md: 0 success,
 from __future__ import annotations
 
 import os
+import signal
 import sys
+import threading
+from types import FrameType
 
 # gRPC's C core logs its own copy of errors we report in one line; it reads this
 # when grpc is first imported, which the commands below do.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
 
-import click
 
-from cli import (
-    auth_cmd,
-    cluster_cmds,
-    doctor_cmd,
-    locks_cmd,
-    replay_cmd,
-    schedule_cmd,
-    server_cmd,
-    ui_cmd,
-    worker_cmds,
-    workflow_cmds,
+def _interrupted_while_loading(signum: int, frame: FrameType | None) -> None:
+    os.write(2, b"weft: interrupted\n")
+    os._exit(130)
+
+
+# A Ctrl-C while the commands load (most of a second) ends the process as one
+# later does, in one line, not with the traceback of an import. Only where
+# Python's own handler is in place (not ignored, as in a background job), and
+# only for these imports: then the commands' own handling takes over.
+_SIGINT = signal.getsignal(signal.SIGINT)
+_QUIET = threading.current_thread() is threading.main_thread() and (
+    _SIGINT is signal.default_int_handler
 )
-from cli.errors import EXIT_USAGE, one_line
+if _QUIET:
+    signal.signal(signal.SIGINT, _interrupted_while_loading)
+try:
+    import click
+
+    from cli import (
+        auth_cmd,
+        cluster_cmds,
+        doctor_cmd,
+        locks_cmd,
+        replay_cmd,
+        schedule_cmd,
+        server_cmd,
+        ui_cmd,
+        worker_cmds,
+        workflow_cmds,
+    )
+    from cli.errors import EXIT_USAGE, one_line
+finally:
+    if _QUIET:
+        signal.signal(signal.SIGINT, _SIGINT)
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})

@@ -4,6 +4,7 @@ server (exit 4), each reported as one line on stderr, never a traceback."""
 from __future__ import annotations
 
 import subprocess
+import sys
 
 import pytest
 
@@ -156,3 +157,32 @@ def test_an_out_of_range_port_is_a_usage_error(
     unreachable: dict[str, subprocess.CompletedProcess[str]],
 ) -> None:
     error_line(unreachable["bad-port"], "describe", 2)
+
+
+# A Ctrl-C that lands while the commands load: the hook sends it as the import
+# of one of them begins (deterministic, where a timer would race the load).
+_INTERRUPTED_IMPORT = """
+import os, signal, sys
+
+class Interrupt:
+    def find_spec(self, name, path, target=None):
+        if name == "cli.workflow_cmds":
+            os.kill(os.getpid(), signal.SIGINT)
+        return None
+
+sys.meta_path.insert(0, Interrupt())
+sys.argv = ["weft", "list"]
+from cli import main
+main()
+"""
+
+
+def test_a_ctrl_c_while_the_commands_load_is_one_line() -> None:
+    done = subprocess.run(
+        [sys.executable, "-c", _INTERRUPTED_IMPORT],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+    assert (done.returncode, done.stderr) == (130, "weft: interrupted\n")
