@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 import click
 
 from cli.gc_settings import tune_collector
-from cli.params import DURATION, LOG_LEVEL, SizeType
+from cli.params import ADDRESS, DURATION, LOG_LEVEL, SizeType
 from orchestrator.config import (
     DEFAULT_DB,
     DEFAULT_LISTEN,
@@ -70,6 +70,7 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     "--metrics-listen",
     envvar="WEFT_METRICS_LISTEN",
     default="",
+    callback=lambda ctx, param, value: value and ADDRESS.convert(value, param, ctx),
     help="HOST:PORT to serve Prometheus metrics on (off unless given)",
 )
 @click.option(
@@ -563,6 +564,17 @@ def _tls_files(
     if reason is not None:
         click.echo(f"weft server: refusing to start: {reason}", err=True)
         sys.exit(2)
+    if cert and key:
+        from orchestrator.tls import ServerTls, TlsFiles, TlsFilesError
+
+        # Files that cannot be served are refused here, before a database or a
+        # process is opened (the supervisor of `--workers N` would otherwise
+        # restart processes that each fail on them, without end).
+        try:
+            ServerTls(TlsFiles(cert, key, client_ca or ""))
+        except TlsFilesError as exc:
+            click.echo(f"weft server: {exc}", err=True)
+            sys.exit(1)
     env = {"WEFT_TLS_CERT": cert or "", "WEFT_TLS_KEY": key or "", "WEFT_INSECURE": ""}
     env["WEFT_TLS_CLIENT_CA"] = client_ca or ""
     if insecure:

@@ -65,14 +65,20 @@ def supervise(settings: dict[str, str], workers: int) -> int:
             if proc.poll() is None:
                 proc.send_signal(signal.SIGTERM)
 
+    # Before the first process starts: a signal between two starts would
+    # otherwise end this process and leave the ones started serving the port.
+    signal.signal(signal.SIGTERM, stop)
+    signal.signal(signal.SIGINT, stop)
     started: list[float] = []
     pauses: list[float] = []
     for index in range(workers):
+        if stopping.is_set():
+            break
         procs.append(_worker(settings, index, workers))
         started.append(time.monotonic())
         pauses.append(RESTART_PAUSE)
-    signal.signal(signal.SIGTERM, stop)
-    signal.signal(signal.SIGINT, stop)
+    if stopping.is_set():  # (during a start: the process it made was not yet listed)
+        stop(signal.SIGTERM, None)
     log.info("supervisor.started", workers=workers, pids=[p.pid for p in procs])
     while not stopping.is_set():
         time.sleep(0.2)

@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from bench.processes import REPO
+from tests.certs import make_pki
 from tests.serverproc import WEFT, ServerProcess
 
 
@@ -167,9 +168,10 @@ def test_every_setting_reaches_the_processes_of_workers(
     not fails here."""
     from cli.server_cmd import server
 
-    pem = tmp_path / "x.pem"
-    pem.write_text("not read here")
-    tls = ["--tls-cert", str(pem), "--tls-key", str(pem), "--tls-client-ca", str(pem)]
+    pki = make_pki(tmp_path / "pki")  # (read at the start: files that can be served)
+    server_pair, ca = pki.server, str(pki.ca.path)
+    tls = ["--tls-cert", str(server_pair.cert), "--tls-key", str(server_pair.key)]
+    tls += ["--tls-client-ca", ca]
     passed = _worker_settings(monkeypatch, *tls, "--insecure", "--auth", "--folded-poll", "3s")
     assert passed["WEFT_FOLDED_POLL"] == "3.0s"
     steps = str(REPO / "examples" / "steps")

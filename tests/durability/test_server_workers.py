@@ -14,10 +14,15 @@ import signal
 import subprocess
 from collections import Counter
 from pathlib import Path
+from typing import Any
 
+import pytest
+
+from cli import supervisor
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.client import AsyncClient
 from sdk.poll_connections import spread_connections
+from tests.certs import make_pki
 from tests.helpers import Driver, complete, schedule, unique, wait_until
 from tests.serverproc import WEFT, ServerProcess, free_port
 
@@ -49,6 +54,64 @@ def test_workers_need_postgresql(tmp_path: Path) -> None:
     )
     assert done.returncode == 2, done.stderr
     assert done.stderr.strip() == "weft server: --workers needs PostgreSQL (SQLite is one node)"
+
+
+def _server(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [str(WEFT), "server", *args],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        stdin=subprocess.DEVNULL,
+    )
+
+
+def test_settings_no_process_could_serve_end_the_supervisor_at_once(tmp_path: Path) -> None:
+    # Before, each process failed on the files and the supervisor restarted them
+    # without end; a bad --metrics-listen was a traceback of the supervisor's.
+    pki = make_pki(tmp_path / "pki")
+    nowhere = "postgresql://postgres@127.0.0.1:1/nowhere"  # (never opened)
+    listen = f"127.0.0.1:{free_port()}"
+    cert, other_key = str(pki.server.cert), str(pki.client.key)
+    for workers in ("1", "2"):
+        mismatched = _server(
+            "--db", nowhere, "--listen", listen, "--workers", workers,
+            "--tls-cert", cert, "--tls-key", other_key,
+        )  # fmt: skip
+        assert mismatched.returncode == 1, mismatched.stderr
+        lines = mismatched.stderr.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("weft server: cannot use the certificate")
+        metrics = _server(
+            "--db", nowhere, "--listen", listen, "--workers", workers,
+            "--metrics-listen", "127.0.0.1:abc",
+        )  # fmt: skip
+        assert metrics.returncode == 2, metrics.stderr
+        lines = metrics.stderr.strip().splitlines()
+        assert len(lines) == 1 and "--metrics-listen" in lines[0], lines
+
+
+def test_a_signal_while_the_supervisor_starts_stops_what_it_started(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # The signal lands as the first process is made (sent from inside that
+    # start: deterministic). Before, the supervisor's handlers came after
+    # every start: the signal ended it and the processes went on serving.
+    made: list[subprocess.Popen[bytes]] = []
+
+    def start_then_signalled(settings: dict[str, str], index: int, workers: int) -> Any:
+        made.append(subprocess.Popen(["sleep", "60"]))
+        os.kill(os.getpid(), signal.SIGTERM)
+        return made[-1]
+
+    monkeypatch.setattr(supervisor, "_worker", start_then_signalled)
+    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
+    try:
+        assert supervisor.supervise({}, 3) == 0
+    finally:
+        for sig, handler in handlers.items():
+            signal.signal(sig, handler)
+    assert len(made) == 1  # no process started after the signal
+    assert made[0].returncode == -signal.SIGTERM  # and the one started was stopped
 
 
 async def _one_workflow(node: ServerProcess) -> None:
