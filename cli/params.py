@@ -10,6 +10,7 @@ from typing import Any, TypeVar
 import click
 
 from sdk.client import DEFAULT_ADDRESS
+from sdk.credentials import check_api_key
 from sdk.durations import parse_duration
 from sdk.tls import TlsConfig
 
@@ -161,6 +162,10 @@ _API_KEY_META = "weft.api_key"
 
 def _keep_api_key(ctx: click.Context, param: click.Parameter, value: object) -> object:
     if value:
+        try:
+            check_api_key(str(value))
+        except ValueError as exc:  # (a usage error, said before any call)
+            raise click.BadParameter(str(exc), ctx, param) from None
         ctx.meta[_API_KEY_META] = value
     return value
 

@@ -48,6 +48,7 @@ USAGE_ERRORS = {
     # surrogates), and a JSON escape of a lone surrogate.
     "describe-id-not-utf8": ("describe", ["a\udcffb"]),
     "start-input-lone-surrogate": ("start", ["t", "--task-list", "tl", "--input", '"\\ud800"']),
+    "list-api-key-a-header-cannot-carry": ("list", ["--api-key", "clé"]),
     "runner-unknown-log-level": ("runner", ["examples.order", "--log-level", "bogus"]),
     "decider-unknown-log-level": ("decider", ["examples.order", "--log-level", "bogus"]),
 }
