@@ -11,6 +11,10 @@ line each.
 
 from __future__ import annotations
 
+import os
+import socket
+import ssl
+
 import click
 
 from cli.errors import EXIT_USAGE, fail
@@ -101,20 +105,44 @@ def ui(
             " [::1] are answered now",
             err=True,
         )
-    host, _, port = listen.rpartition(":")
+    if https_cert and https_key:
+        _check_https_files(https_cert, https_key)
+    sock = _bound(listen)  # (before saying "serving": a taken port is said instead)
     scheme = "https" if config.https else "http"
     click.echo(f"weft ui: serving {scheme}://{listen} for the server at {address}", err=True)
-    uvicorn.run(
-        create_app(config),
-        host=host.strip("[]"),
-        port=int(port),
-        ssl_certfile=https_cert,
-        ssl_keyfile=https_key,
-        log_level=log_level,
-        access_log=log_level == "debug",
-        proxy_headers=False,
-        server_header=False,
+    server = uvicorn.Server(
+        uvicorn.Config(
+            create_app(config),
+            ssl_certfile=https_cert,
+            ssl_keyfile=https_key,
+            log_level=log_level,
+            access_log=log_level == "debug",
+            proxy_headers=False,
+            server_header=False,
+        )
     )
+    server.run(sockets=[sock])
+
+
+def _check_https_files(cert: str, key: str) -> None:
+    """Files uvicorn could not serve are refused in one line (it would say so as
+    a traceback, after the UI had said it was serving)."""
+    try:
+        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
+    except (ssl.SSLError, OSError) as exc:
+        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
+        fail("ui", f"cannot use the certificate {cert} with the key {key}: {reason}", EXIT_USAGE)
+
+
+def _bound(listen: str) -> socket.socket:
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    try:
+        return socket.create_server((host, int(port)), family=family)
+    except OSError as exc:  # (create_server's own message repeats the address)
+        said = os.strerror(exc.errno) if exc.errno else str(exc)
+        fail("ui", f"cannot listen on {listen}: {said}")
 
 
 COMMANDS = (ui,)

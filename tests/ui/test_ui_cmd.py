@@ -184,3 +184,33 @@ def test_insecure_and_listening_everywhere_are_said_at_start() -> None:
     assert len(warnings) == 2, lines
     assert "plain HTTP" in warnings[0] and "credentials" in warnings[1]
     assert any("must name an allowed host" in line for line in lines), lines
+
+
+def test_https_files_it_cannot_serve_are_one_line_before_serving(tmp_path: Path) -> None:
+    # Before, the UI said it was serving, then uvicorn's traceback (PEM lib).
+    from tests.certs import issue, make_ca
+
+    ca = make_ca(tmp_path, "ui-ca")
+    pair, other = issue(ca, tmp_path, "ui", server=True), issue(ca, tmp_path, "x", server=True)
+    junk = tmp_path / "junk.pem"
+    junk.write_text("not a certificate")
+    nowhere = f"127.0.0.1:{free_port()}"
+    for cert, key in ((junk, junk), (pair.cert, other.key)):
+        done = weft_ui("--https-cert", str(cert), "--https-key", str(key), "--address", nowhere)
+        assert done.returncode == 2, done.stderr
+        lines = done.stderr.strip().splitlines()
+        assert len(lines) == 1, lines
+        assert lines[0].startswith(f"weft ui: cannot use the certificate {cert} with the key {key}")
+
+
+def test_a_taken_port_is_one_line_and_no_serving_said() -> None:
+    # Before: "serving …" first, then uvicorn's own error line, and exit 3.
+    import socket
+
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        listen = f"127.0.0.1:{taken.getsockname()[1]}"
+        done = weft_ui("--listen", listen, "--address", f"127.0.0.1:{free_port()}")
+    assert done.returncode == 1, done.stderr
+    assert done.stderr == f"weft ui: cannot listen on {listen}: Address already in use\n"
