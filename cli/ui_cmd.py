@@ -11,16 +11,16 @@ line each.
 
 from __future__ import annotations
 
-import os
 import socket
 import ssl
 
 import click
 
-from cli.errors import EXIT_USAGE, fail
+from cli.errors import EXIT_FAILED, EXIT_USAGE, fail
 from cli.params import ADDRESS, client_api_key, client_tls, server_options
 
 _FILE = click.Path(exists=True, dir_okay=False)
+_BACKLOG = 2048  # uvicorn's default
 
 
 @click.command()
@@ -92,10 +92,16 @@ def ui(
         allowed_hosts=allowed_hosts,
     )
     refusal = config.refusal()
-    if refusal is None and config.exposed and not insecure:
-        refusal = asyncio.run(server_refusal(config))
     if refusal:
         fail("ui", refusal, EXIT_USAGE)
+    # The files, the server, then the address, all before any warning or note:
+    # a start that fails says one line, and never that it serves.
+    https = _https_context(https_cert, https_key) if https_cert and https_key else None
+    if config.exposed and not insecure:
+        refusal = asyncio.run(server_refusal(config))
+        if refusal:
+            fail("ui", refusal, EXIT_USAGE)
+    sockets = _bound(listen)
     for waiver in config.waivers():
         click.echo(f"weft ui: warning: {waiver}", err=True)
     if config.listens_everywhere and not allowed_hosts:
@@ -105,44 +111,90 @@ def ui(
             " [::1] are answered now",
             err=True,
         )
-    if https_cert and https_key:
-        _check_https_files(https_cert, https_key)
-    sock = _bound(listen)  # (before saying "serving": a taken port is said instead)
-    scheme = "https" if config.https else "http"
+    scheme = "https" if https else "http"
     click.echo(f"weft ui: serving {scheme}://{listen} for the server at {address}", err=True)
     server = uvicorn.Server(
         uvicorn.Config(
             create_app(config),
-            ssl_certfile=https_cert,
-            ssl_keyfile=https_key,
+            # The context checked above: uvicorn would load the files again (and
+            # prompt for the password of an encrypted key).
+            ssl_context_factory=(lambda _config, _default: https) if https else None,
             log_level=log_level,
             access_log=log_level == "debug",
             proxy_headers=False,
             server_header=False,
         )
     )
-    server.run(sockets=[sock])
+    server.run(sockets=sockets)
 
 
-def _check_https_files(cert: str, key: str) -> None:
-    """Files uvicorn could not serve are refused in one line (it would say so as
-    a traceback, after the UI had said it was serving)."""
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_password() -> str:
+    # OpenSSL asks only for an encrypted key; unanswered, it would prompt on
+    # the terminal, twice, then say "Invalid argument".
+    raise _EncryptedKey
+
+
+def _https_context(cert: str, key: str) -> ssl.SSLContext:
+    """The context uvicorn serves HTTPS with; files it could not serve are
+    refused in one line (uvicorn would say so as a traceback, after the UI had
+    said it was serving)."""
+    context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        ssl.create_default_context(ssl.Purpose.CLIENT_AUTH).load_cert_chain(cert, key)
-    except (ssl.SSLError, OSError) as exc:
-        reason = getattr(exc, "reason", None) or exc.strerror or str(exc)
-        fail("ui", f"cannot use the certificate {cert} with the key {key}: {reason}", EXIT_USAGE)
+        context.load_cert_chain(cert, key, password=_no_password)
+        return context
+    except _EncryptedKey:
+        why = "the key is encrypted, and weft ui takes no password: give it unencrypted"
+    except ssl.SSLError as exc:
+        why = _ssl_why(exc, cert, key)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    fail("ui", f"cannot use the certificate {cert} with the key {key}: {why}", EXIT_USAGE)
 
 
-def _bound(listen: str) -> socket.socket:
+def _ssl_why(exc: ssl.SSLError, cert: str, key: str) -> str:
+    if exc.reason == "KEY_VALUES_MISMATCH":
+        return "the key is not the certificate's (KEY_VALUES_MISMATCH)"
+    if exc.reason is not None and exc.reason != "PEM lib":
+        return f"{exc.reason} ({exc.library or 'SSL'})"
+    # OpenSSL says "PEM lib" for either file alike: read alone, as trusted
+    # certificates are (the same parser), the certificate tells them apart.
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=cert)
+    except (ssl.SSLError, OSError):
+        return f"{cert} holds no PEM certificate"
+    return f"{key} holds no PEM private key"
+
+
+def _bound(listen: str) -> list[socket.socket]:
+    """Listening sockets for each address `listen`'s host names, made as asyncio
+    makes them for uvicorn; a failure is one line with the system's reason."""
     host, _, port = listen.rpartition(":")
-    host = host.strip("[]")
-    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sockets: list[socket.socket] = []
     try:
-        return socket.create_server((host, int(port)), family=family)
-    except OSError as exc:  # (create_server's own message repeats the address)
-        said = os.strerror(exc.errno) if exc.errno else str(exc)
-        fail("ui", f"cannot listen on {listen}: {said}")
+        infos = socket.getaddrinfo(
+            host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
+        )
+        for family, kind, proto, _, address in dict.fromkeys(infos):
+            sock = socket.socket(family, kind, proto)
+            sockets.append(sock)
+            # A restart is not refused for the last run's connections in
+            # TIME_WAIT; a v6 socket leaves v4 to the name's v4 address.
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            if family == socket.AF_INET6:
+                sock.setsockopt(socket.IPPROTO_IPV6, socket.IPV6_V6ONLY, 1)
+            sock.bind(address)
+            # Listening already, so a visitor who comes once "serving" is said
+            # waits for uvicorn rather than being refused.
+            sock.listen(_BACKLOG)
+    except OSError as exc:  # (a host that does not resolve too: its errno is < 0)
+        for sock in sockets:
+            sock.close()
+        fail("ui", f"cannot listen on {listen}: {exc.strerror or exc}", EXIT_FAILED)
+    return sockets
 
 
 COMMANDS = (ui,)
