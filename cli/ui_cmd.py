@@ -128,45 +128,18 @@ def ui(
     server.run(sockets=sockets)
 
 
-class _EncryptedKey(Exception):
-    pass
-
-
-def _no_password() -> str:
-    # OpenSSL asks only for an encrypted key; unanswered, it would prompt on
-    # the terminal, twice, then say "Invalid argument".
-    raise _EncryptedKey
-
-
 def _https_context(cert: str, key: str) -> ssl.SSLContext:
     """The context uvicorn serves HTTPS with; files it could not serve are
     refused in one line (uvicorn would say so as a traceback, after the UI had
     said it was serving)."""
+    from orchestrator.tls import TlsFilesError, load_chain
+
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
     try:
-        context.load_cert_chain(cert, key, password=_no_password)
-        return context
-    except _EncryptedKey:
-        why = "the key is encrypted, and weft ui takes no password: give it unencrypted"
-    except ssl.SSLError as exc:
-        why = _ssl_why(exc, cert, key)
-    except OSError as exc:
-        why = exc.strerror or str(exc)
-    fail("ui", f"cannot use the certificate {cert} with the key {key}: {why}", EXIT_USAGE)
-
-
-def _ssl_why(exc: ssl.SSLError, cert: str, key: str) -> str:
-    if exc.reason == "KEY_VALUES_MISMATCH":
-        return "the key is not the certificate's (KEY_VALUES_MISMATCH)"
-    if exc.reason is not None and exc.reason != "PEM lib":
-        return f"{exc.reason} ({exc.library or 'SSL'})"
-    # OpenSSL says "PEM lib" for either file alike: read alone, as trusted
-    # certificates are (the same parser), the certificate tells them apart.
-    try:
-        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=cert)
-    except (ssl.SSLError, OSError):
-        return f"{cert} holds no PEM certificate"
-    return f"{key} holds no PEM private key"
+        load_chain(context, cert, key)
+    except TlsFilesError as exc:
+        fail("ui", str(exc), EXIT_USAGE)
+    return context
 
 
 def _bound(listen: str) -> list[socket.socket]:

@@ -142,12 +142,7 @@ def _load(files: TlsFiles) -> _Loaded:
     signature = _signature(files)
     first = _read_all(files)
     context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
-    try:
-        context.load_cert_chain(files.cert, files.key)
-    except (OSError, ssl.SSLError) as exc:
-        raise TlsFilesError(
-            f"cannot use the certificate {files.cert} with the key {files.key}: {_why(exc)}"
-        ) from None
+    load_chain(context, files.cert, files.key)
     if files.client_ca:
         try:
             context.load_verify_locations(cafile=files.client_ca)
@@ -159,6 +154,45 @@ def _load(files: TlsFiles) -> _Loaded:
         raise TlsFilesError("the TLS files changed while being loaded")
     cert, key, *rest = first
     return _Loaded(signature, cert, key, rest[0] if rest else None)
+
+
+class _EncryptedKey(Exception):
+    pass
+
+
+def _no_password() -> str:
+    # OpenSSL asks only for an encrypted key; unanswered, it would prompt on the
+    # terminal (twice, then "Invalid argument"), or block on stdin mid-reload.
+    raise _EncryptedKey
+
+
+def load_chain(context: ssl.SSLContext, cert: str, key: str) -> None:
+    """Load `cert` and `key` into `context`; TlsFilesError, saying which file is
+    wrong and how, if they cannot be served (`weft server`, `weft ui`)."""
+    try:
+        context.load_cert_chain(cert, key, password=_no_password)
+        return
+    except _EncryptedKey:
+        why = "the key is encrypted, and Weft takes no password: give it unencrypted"
+    except ssl.SSLError as exc:
+        why = _chain_why(exc, cert, key)
+    except OSError as exc:
+        why = exc.strerror or str(exc)
+    raise TlsFilesError(f"cannot use the certificate {cert} with the key {key}: {why}")
+
+
+def _chain_why(exc: ssl.SSLError, cert: str, key: str) -> str:
+    if exc.reason == "KEY_VALUES_MISMATCH":
+        return "the key is not the certificate's (KEY_VALUES_MISMATCH)"
+    if exc.reason is not None and exc.reason != "PEM lib":
+        return f"{exc.reason} ({exc.library or 'SSL'})"
+    # OpenSSL says "PEM lib" of either file alike: read alone, as trusted
+    # certificates are (the same parser), the certificate tells them apart.
+    try:
+        ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER).load_verify_locations(cafile=cert)
+    except (ssl.SSLError, OSError):
+        return f"{cert} holds no PEM certificate"
+    return f"{key} holds no PEM private key"
 
 
 def _read_all(files: TlsFiles) -> list[bytes]:

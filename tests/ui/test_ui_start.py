@@ -99,7 +99,7 @@ def test_an_encrypted_key_is_refused_without_a_prompt(tmp_path: Path, pair: Pair
     )
     line = one_line(weft_ui(*https(pair.cert, encrypted)), 2)
     assert line.endswith(
-        f"{encrypted}: the key is encrypted, and weft ui takes no password: give it unencrypted"
+        f"{encrypted}: the key is encrypted, and Weft takes no password: give it unencrypted"
     )
 
 

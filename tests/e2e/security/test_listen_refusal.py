@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import pytest
+from cryptography.hazmat.primitives import serialization
 
 from sdk.addresses import is_loopback
 from tests.certs import Pki
@@ -119,16 +120,34 @@ async def test_tls_serves_on_every_interface_without_insecure(tmp_path: Path, pk
         (("--tls-client-ca", "CA"), "--tls-client-ca needs --tls-cert and --tls-key"),
         (("--tls-cert", "/nonexistent.pem", "--tls-key", "KEY"), "does not exist"),
         (("--tls-cert", "CERT", "--tls-key", "OTHERKEY"), "cannot use the certificate"),
+        # (before: OpenSSL's pass phrase prompt, on a terminal, twice)
+        (("--tls-cert", "CERT", "--tls-key", "LOCKEDKEY"), "the key is encrypted"),
     ],
-    ids=["cert-without-key", "ca-without-cert", "missing-file", "key-of-another-cert"],
+    ids=[
+        "cert-without-key",
+        "ca-without-cert",
+        "missing-file",
+        "key-of-another-cert",
+        "encrypted-key",
+    ],
 )
 def test_bad_tls_options_are_one_line(
     tmp_path: Path, pki: Pki, args: tuple[str, ...], says: str
 ) -> None:
+    locked = tmp_path / "locked.key"
+    key = serialization.load_pem_private_key(pki.server.key.read_bytes(), password=None)
+    locked.write_bytes(
+        key.private_bytes(
+            serialization.Encoding.PEM,
+            serialization.PrivateFormat.PKCS8,
+            serialization.BestAvailableEncryption(b"secret"),
+        )
+    )
     files = {
         "CERT": str(pki.server.cert),
         "KEY": str(pki.server.key),
         "OTHERKEY": str(pki.client.key),
+        "LOCKEDKEY": str(locked),
         "CA": str(pki.ca.path),
     }
     proc = server(
