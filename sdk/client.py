@@ -154,6 +154,7 @@ class AsyncClient(
             in_process=self.in_process,
         )
         twin._own_connection = True
+        twin._reach = self._reach  # (one outage said once, not once per connection)
         return twin
 
     async def placement(self) -> Placement | None:

@@ -208,11 +208,13 @@ class Worker:
             if not await self._until_stopped(self.session.open()):
                 log.info("worker.stopped", kind=self.kind, identity=self.identity)
                 return
-        except _REFUSED_FOR_GOOD:
+        except _REFUSED_FOR_GOOD as exc:
             # Not a server away: asking again gets the same answer (a key
             # refused, a grant missing, TLS set up one way here and another
             # there), so the worker ends with it, as a decider's registration
-            # does, instead of polling into the same refusal without end.
+            # does, instead of polling into the same refusal without end. Said
+            # here too: inside `with worker:` the error comes out only at the end.
+            log.error("worker.refused", kind=self.kind, identity=self.identity, error=exc.message)
             raise
         except WeftError as exc:  # polls go on without one; the keeper tries again
             log.warning("worker.session_failed", identity=self.identity, error=exc.message)
