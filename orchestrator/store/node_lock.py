@@ -4,17 +4,21 @@ refused at its start.
 Two nodes on one SQLite file would both lead the upkeep (the lease is taken,
 not shared, on SQLite: `upkeep.leader`), so schedules would fire twice and the
 purge and the reaper run twice at once, and neither would hear of the other's
-tasks (there is no NOTIFY). So a node holds an exclusive `flock` on a file
-beside the database for its life: the kernel lets go of it when the process
-ends, `kill -9` included, so a crash never leaves a stale lock. The lock is on
-a file of its own, not the database: SQLite's own locks are POSIX record
-locks, which a `flock` emulated over NFS would meet. Tools that open the
-database without serving it (`weft auth bootstrap`, migrations) take no lock.
+tasks (there is no NOTIFY). So a node holds an exclusive POSIX lock (`lockf`)
+on a file beside the database for its life: the kernel lets go of it when the
+process ends, `kill -9` included, so a crash never leaves a stale lock; and,
+unlike a `flock`, a child the node forks (an embedded activity's
+`multiprocessing`) does not inherit it and keep it past the node. The lock is
+on a file of its own, not the database: SQLite's own POSIX locks on the
+database are the process's too, and closing any descriptor of a file drops
+them all. Tools that open the database without serving it (`weft auth
+bootstrap`, migrations) take no lock.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
 import fcntl
 import os
 
@@ -37,10 +41,16 @@ class SqliteNodeLock:
         except OSError as exc:
             raise OSError(f"cannot make the node lock {path}: {exc.strerror}") from exc
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:
-            holder = os.read(fd, 64).decode(errors="replace").strip()
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            # Who holds it, for the refusal below (the lock, not this text, counts).
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+        except OSError as exc:
+            taken = exc.errno in (errno.EACCES, errno.EAGAIN)
+            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() if taken else ""
             os.close(fd)
+            if not taken:
+                raise OSError(f"cannot lock {path}: {exc.strerror}") from exc
             by = f" (process {holder})" if holder.isdigit() else ""
             raise NodeLockTaken(
                 f"another node serves {db_path}{by}: SQLite takes one node;"
@@ -49,9 +59,6 @@ class SqliteNodeLock:
         except BaseException:
             os.close(fd)
             raise
-        # Who holds it, for the refusal above (the lock, not this text, is what counts).
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         return cls(fd)
 
     def release(self) -> None:
