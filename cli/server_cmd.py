@@ -307,8 +307,12 @@ def server(
         if not db_url.startswith("postgresql"):
             click.echo("weft server: --workers needs PostgreSQL (SQLite is one node)", err=True)
             sys.exit(2)
-        from cli.supervisor import supervise
+        from cli.supervisor import supervise, worker_metrics_listen
 
+        try:  # (the last worker's port: the others' are below it)
+            worker_metrics_listen(metrics_listen, workers - 1)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="'--metrics-listen'") from None
         settings = {
             "WEFT_DATABASE_URL": db_url,
             "WEFT_LISTEN": listen,

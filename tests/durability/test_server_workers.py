@@ -9,12 +9,15 @@ every worker and it exits 0. SQLite refuses the flag with one line.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import signal
 import subprocess
+import sys
 from collections import Counter
+from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 import pytest
 
@@ -22,6 +25,7 @@ from cli import supervisor
 from sdk.api.weft.v1 import service_pb2_grpc as sg
 from sdk.client import AsyncClient
 from sdk.poll_connections import spread_connections
+from sdk.tls import TlsConfig
 from tests.certs import make_pki
 from tests.helpers import Driver, complete, schedule, unique, wait_until
 from tests.serverproc import WEFT, ServerProcess, free_port
@@ -56,12 +60,12 @@ def test_workers_need_postgresql(tmp_path: Path) -> None:
     assert done.stderr.strip() == "weft server: --workers needs PostgreSQL (SQLite is one node)"
 
 
-def _server(*args: str) -> subprocess.CompletedProcess[str]:
+def _server(*args: str, timeout: float = 60) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [str(WEFT), "server", *args],
         capture_output=True,
         text=True,
-        timeout=60,
+        timeout=timeout,
         stdin=subprocess.DEVNULL,
     )
 
@@ -90,28 +94,188 @@ def test_settings_no_process_could_serve_end_the_supervisor_at_once(tmp_path: Pa
         assert len(lines) == 1 and "--metrics-listen" in lines[0], lines
 
 
-def test_a_signal_while_the_supervisor_starts_stops_what_it_started(
-    monkeypatch: pytest.MonkeyPatch,
+def test_a_metrics_port_with_no_room_for_every_worker_is_refused_before_any_starts(
+    tmp_path: Path,
 ) -> None:
-    # The signal lands as the first process is made (sent from inside that
-    # start: deterministic). Before, the supervisor's handlers came after
-    # every start: the signal ended it and the processes went on serving.
+    # Worker i serves its metrics on the port plus i. Before, the second process
+    # refused 127.0.0.1:65536 and the supervisor restarted it without end.
+    nowhere = "postgresql://postgres@127.0.0.1:1/nowhere"  # (never opened)
+    listen = f"127.0.0.1:{free_port()}"
+    last = ("--db", nowhere, "--listen", listen, "--metrics-listen", "127.0.0.1:65535")
+    done = _server(*last, "--workers", "2", timeout=20)
+    assert done.returncode == 2, done.stderr
+    lines = done.stderr.strip().splitlines()
+    assert len(lines) == 1, lines
+    assert lines[0].startswith("weft server: Invalid value for '--metrics-listen'"), lines
+    assert "give a port up to 65534" in lines[0]
+    alone = _server(*last, "--workers", "1")  # one process: the port is fine
+    assert alone.returncode == 1 and "connection" in alone.stderr, alone.stderr
+
+
+def test_each_worker_serves_its_metrics_on_the_next_port() -> None:
+    assert supervisor.worker_metrics_listen("", 3) == ""  # (no metrics: none for any)
+    assert supervisor.worker_metrics_listen("127.0.0.1:9100", 0) == "127.0.0.1:9100"
+    assert supervisor.worker_metrics_listen("[::1]:9100", 2) == "[::1]:9102"
+    with pytest.raises(ValueError, match="up to 65534"):
+        supervisor.worker_metrics_listen("127.0.0.1:65535", 1)
+
+
+SERVES = ["sleep", "60"]  # (until its SIGTERM)
+EXITS = [sys.executable, "-c", "raise SystemExit(1)"]
+REFUSES = [sys.executable, "-c", "raise SystemExit(2)"]  # its settings, as `weft server` does
+
+
+@dataclass
+class Start:
+    """One process the supervisor under test starts in place of a server."""
+
+    argv: list[str]
+    signalled: bool = False  # a SIGTERM reaches the supervisor during the start
+
+
+@pytest.fixture
+def made(monkeypatch: pytest.MonkeyPatch) -> Iterator[list[subprocess.Popen[bytes]]]:
+    """The processes started by `supervise` under `_plan`, none left running
+    after the test, and the test process's signal handlers put back."""
+    handlers = {
+        sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)
+    }
+    monkeypatch.setattr(supervisor, "RESTART_PAUSE", 0.01)
+    # A process the supervisor failed to stop is killed after this, not 60 s.
+    monkeypatch.setattr(supervisor, "STOP_GRACE", 5.0)
     made: list[subprocess.Popen[bytes]] = []
-
-    def start_then_signalled(settings: dict[str, str], index: int, workers: int) -> Any:
-        made.append(subprocess.Popen(["sleep", "60"]))
-        os.kill(os.getpid(), signal.SIGTERM)
-        return made[-1]
-
-    monkeypatch.setattr(supervisor, "_worker", start_then_signalled)
-    handlers = {sig: signal.getsignal(sig) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        assert supervisor.supervise({}, 3) == 0
+        yield made
     finally:
         for sig, handler in handlers.items():
             signal.signal(sig, handler)
+        for proc in made:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+
+
+def _plan(
+    monkeypatch: pytest.MonkeyPatch,
+    made: list[subprocess.Popen[bytes]],
+    plan: dict[int, list[Start]],
+) -> None:
+    """Worker i's starts, in order, are `plan[i]`'s; one more is a failure."""
+
+    def start(settings: dict[str, str], index: int, workers: int) -> subprocess.Popen[bytes]:
+        if not plan[index]:
+            raise AssertionError(f"worker {index} started once more than planned")
+        step = plan[index].pop(0)
+        made.append(subprocess.Popen(step.argv))
+        if step.signalled:  # (from inside the start: deterministic)
+            os.kill(os.getpid(), signal.SIGTERM)
+        return made[-1]
+
+    monkeypatch.setattr(supervisor, "_worker", start)
+
+
+def test_a_signal_while_the_supervisor_starts_stops_what_it_started(
+    monkeypatch: pytest.MonkeyPatch, made: list[subprocess.Popen[bytes]]
+) -> None:
+    # The signal lands as the first process is made. Before, the supervisor's
+    # handlers came after every start: the signal ended it and the processes
+    # went on serving.
+    _plan(monkeypatch, made, {0: [Start(SERVES, signalled=True)], 1: [], 2: []})
+    assert supervisor.supervise({}, 3) == 0
     assert len(made) == 1  # no process started after the signal
     assert made[0].returncode == -signal.SIGTERM  # and the one started was stopped
+
+
+def test_a_signal_while_a_worker_restarts_stops_the_new_process(
+    monkeypatch: pytest.MonkeyPatch, made: list[subprocess.Popen[bytes]]
+) -> None:
+    # Before, the process made by the restart was not yet listed when the
+    # signal came: it served on until the supervisor killed it, 60 s later.
+    _plan(monkeypatch, made, {0: [Start(EXITS), Start(SERVES, signalled=True)]})
+    assert supervisor.supervise({}, 1) == 0
+    assert len(made) == 2
+    assert made[1].returncode == -signal.SIGTERM
+
+
+def test_settings_refused_at_the_first_start_stop_every_worker(
+    monkeypatch: pytest.MonkeyPatch, made: list[subprocess.Popen[bytes]]
+) -> None:
+    # Exit 2 is a process refusing its settings, which are every process's:
+    # no restart would do better. Before, it was restarted without end.
+    _plan(monkeypatch, made, {0: [Start(SERVES)], 1: [Start(REFUSES)]})
+    assert supervisor.supervise({}, 2) == 2
+    assert made[0].returncode == -signal.SIGTERM  # the other one, stopped
+
+
+def test_settings_refused_at_a_restart_leave_the_others_serving(
+    monkeypatch: pytest.MonkeyPatch, made: list[subprocess.Popen[bytes]]
+) -> None:
+    # Once the workers served, a refusal (a module or a file changed since)
+    # is restarted like any other exit: the other processes go on serving.
+    plan = {0: [Start(EXITS), Start(REFUSES), Start(SERVES, signalled=True)], 1: [Start(SERVES)]}
+    _plan(monkeypatch, made, plan)
+    assert supervisor.supervise({}, 2) == 0
+    assert len(made) == 4
+    assert [proc.returncode for proc in made if proc.args == SERVES] == [-signal.SIGTERM] * 2
+
+
+def _log_count(path: Path, event: str) -> int:
+    return path.read_text(errors="replace").count(f'"event": "{event}"')
+
+
+async def test_sighup_reaches_the_workers_and_ends_none_with_tls(
+    postgres_url: str, tmp_path: Path
+) -> None:
+    # SIGHUP is how the README says to reload the TLS files. Before, it ended
+    # the supervisor (its default action) and left its workers serving.
+    pki = make_pki(tmp_path / "pki")
+    tls = ("--tls-cert", str(pki.server.cert), "--tls-key", str(pki.server.key))
+    node = ServerProcess(
+        postgres_url,
+        tmp_path,
+        name="hup-tls",
+        extra_args=("--workers", "2", *tls),
+        tls=TlsConfig(ca=pki.ca.path),
+    )
+    workers: set[int] = set()
+    try:
+        supervisor_pid = await _two_workers(node)
+        workers = _children(supervisor_pid)
+        # Both have their handlers (set before they start): a SIGHUP is not their end.
+        await wait_until(lambda: _ready(_log_count(node.log_path, "server.started") == 2))
+        assert _log_count(node.log_path, "tls.reloaded") == 0
+        os.kill(supervisor_pid, signal.SIGHUP)
+        await wait_until(lambda: _ready(_log_count(node.log_path, "tls.reloaded") == 2))
+        assert node.proc is not None and node.proc.poll() is None
+        assert _children(supervisor_pid) == workers
+        await node.wait_serving()
+        assert await node.terminate() == 0, node.log_tail()
+    finally:
+        node.stop()
+        _kill(workers)
+
+
+async def test_sighup_without_tls_stops_the_workers_too(postgres_url: str, tmp_path: Path) -> None:
+    # A node without TLS ends on SIGHUP; before, the supervisor did, alone.
+    node = ServerProcess(postgres_url, tmp_path, name="hup", extra_args=("--workers", "2"))
+    workers: set[int] = set()
+    try:
+        supervisor_pid = await _two_workers(node)
+        workers = _children(supervisor_pid)
+        assert node.proc is not None
+        os.kill(supervisor_pid, signal.SIGHUP)
+        assert await asyncio.to_thread(node.proc.wait, 30) == 0, node.log_tail()
+        assert not any(Path(f"/proc/{pid}").exists() for pid in workers)
+    finally:
+        node.stop()
+        _kill(workers)
+
+
+def _kill(pids: set[int]) -> None:
+    """Processes a failing test may have left behind."""
+    for pid in pids:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(pid, signal.SIGKILL)
 
 
 async def _one_workflow(node: ServerProcess) -> None:
