@@ -58,11 +58,15 @@ class PgCpuProbe:
     def open(cls, db_url: str) -> PgCpuProbe | None:
         """None if the cluster is not on this machine (or not readable here)."""
         conn = psycopg.connect(db_url, autocommit=True)
-        own = conn.info.backend_pid
-        if _cpu_of_postgres(own) is None:
+        try:
+            own = conn.info.backend_pid
+            if _cpu_of_postgres(own) is None:
+                conn.close()
+                return None
+            return cls(conn, int(stat_fields(own)[1]))  # (a backend's parent)
+        except BaseException:
             conn.close()
-            return None
-        return cls(conn, int(stat_fields(own)[1]))  # (a backend's parent)
+            raise
 
     def sample(self) -> PgCpu | None:
         """None if the postmaster can no longer be read (the cluster went away)."""

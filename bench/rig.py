@@ -119,11 +119,13 @@ class WeftNode:
             proc.check_alive()
 
     async def stop(self) -> None:
-        await self.client.close()
-        for proc in (*reversed(self.workers), self.server):
-            proc.stop()
-        if self.pg_probe is not None:
-            self.pg_probe.close()
+        try:
+            await self.client.close()
+            for proc in (*reversed(self.workers), self.server):
+                proc.stop()
+        finally:
+            if self.pg_probe is not None:
+                self.pg_probe.close()
 
 
 @dataclass

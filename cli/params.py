@@ -96,8 +96,11 @@ class AddressType(click.ParamType):  # type: ignore[type-arg]
 ADDRESS = AddressType()
 DURATION = DurationType()
 JSON = JsonType()
-# The levels `weft server`, `weft runner` and `weft decider` log at.
-LOG_LEVEL = click.Choice(["debug", "info", "warning", "error", "critical"], case_sensitive=False)
+# The levels `weft server`, `weft runner` and `weft decider` log at (with the
+# aliases Python's logging reads, which worked before the list did).
+LOG_LEVEL = click.Choice(
+    ["debug", "info", "warning", "warn", "error", "critical", "fatal"], case_sensitive=False
+)
 
 
 # Where the TLS options leave their values for `client_tls` (not as arguments:

@@ -11,6 +11,7 @@ line each.
 
 from __future__ import annotations
 
+import errno
 import socket
 import ssl
 
@@ -152,7 +153,12 @@ def _bound(listen: str) -> list[socket.socket]:
             host.strip("[]"), int(port), type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE
         )
         for family, kind, proto, _, address in dict.fromkeys(infos):
-            sock = socket.socket(family, kind, proto)
+            try:
+                sock = socket.socket(family, kind, proto)
+            except OSError as exc:  # (as asyncio does: a family this kernel lacks, IPv6 off)
+                if exc.errno == errno.EAFNOSUPPORT and len(infos) > 1:
+                    continue
+                raise
             sockets.append(sock)
             # A restart is not refused for the last run's connections in
             # TIME_WAIT; a v6 socket leaves v4 to the name's v4 address.

@@ -512,11 +512,13 @@ class Server:
     async def _release(self) -> None:
         """End the loops and close the store: the writer's callers are answered
         and its connections closed, not left to the event loop's final sweep."""
-        await self._end_loops()
-        if self._store is not None:
-            await self._store.close()
-        if self._node_lock is not None:
-            self._node_lock.release()  # (after the close: the file is no longer written)
+        try:
+            await self._end_loops()
+            if self._store is not None:
+                await self._store.close()
+        finally:
+            if self._node_lock is not None:
+                self._node_lock.release()  # (after the close: the file is no longer written)
 
     async def _end_loops(self) -> None:
         """Cancel the node's loops and wait for them to end (`_loop_ended` says

@@ -50,7 +50,7 @@ class WorkflowService(TaskService, TaskListsApi, WorkerSessionsApi, sg.WorkflowS
     # -- starting and talking to workflows --------------------------------------
 
     async def _start_command(self, req: s.StartWorkflowRequest, ns: str) -> StartCommand:
-        validate.workflow_id("workflow_id", req.workflow_id, self._settings.limits)
+        validate.new_workflow_id("workflow_id", req.workflow_id, self._settings.limits)
         wtype = req.workflow_type
         validate.name("workflow_type.name", wtype.name)
         registered = await self._registered_type(ns, wtype.name, wtype.version)

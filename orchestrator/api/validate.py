@@ -47,9 +47,15 @@ def optional_name(field: str, value: str) -> str:
 
 def workflow_id(field: str, value: str, limits: Limits) -> str:
     """One rule for workflow ids on every RPC: an id that starts a run can always
-    reach it again (signal, describe, history, cancel, terminate, replay). One of
-    spaces only would show as nothing in every listing."""
-    name(field, value, limits.id_length)
+    reach it again (signal, describe, history, cancel, terminate, replay)."""
+    return name(field, value, limits.id_length)
+
+
+def new_workflow_id(field: str, value: str, limits: Limits) -> str:
+    """The id of a run being started: also not of spaces only, which shows as
+    nothing in every listing (only here: a run started before this rule can
+    still be reached)."""
+    workflow_id(field, value, limits)
     if not value.strip():
         raise InvalidArgument(f"{field} is only whitespace")
     return value

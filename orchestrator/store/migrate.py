@@ -86,21 +86,24 @@ def _check_made_by_weft(conn: Connection, config: Config) -> None:
     its names: the upgrade would fail part way, and on SQLite (whose driver
     commits each `CREATE TABLE`) leave Weft's other tables behind in it."""
     tables = set(inspect(conn).get_table_names())
+    version = None
     if "alembic_version" in tables:
         version = conn.execute(text("SELECT version_num FROM alembic_version")).scalar()
-        if version is None:
-            return
+    if version is not None:
         try:
             ScriptDirectory.from_config(config).get_revision(str(version))
         except CommandError:
             raise ForeignSchema(
-                f"the database's schema ({version}) was made by a newer Weft than this one:"
-                " run that version, or a newer one"
+                f"the database's schema ({version}) is not one this Weft knows: made by a"
+                " newer Weft (run that version, or a newer one), or not by Weft at all"
             ) from None
         return
+    # No version yet (an empty alembic_version is what a first upgrade cut off
+    # before its first step leaves): Weft's own tables are not there either.
     taken = sorted(tables & set(metadata.tables))
     if taken:
         raise ForeignSchema(
-            f"the database holds tables named as Weft's ({', '.join(taken[:4])}) that Weft"
-            " did not make: give Weft a database of its own"
+            f"the database holds tables named as Weft's ({', '.join(taken[:4])}) but no Weft"
+            " schema version (another program's, or a first start cut off part way):"
+            " give Weft a database of its own"
         )
