@@ -130,32 +130,21 @@ def test_a_wrong_setting_is_one_line_and_exit_4(
     assert mtls_server.address in line
 
 
-def test_a_decider_with_a_refused_certificate_exits_at_once(
-    mtls_server: ServerProcess, pki: Pki
+@pytest.mark.parametrize(
+    ("role", "args"),
+    [("decider", ["examples.order"]), ("runner", ["--task-list", "orders", "examples.order"])],
+)
+def test_a_worker_with_a_refused_certificate_exits_at_once(
+    mtls_server: ServerProcess, pki: Pki, role: str, args: list[str]
 ) -> None:
     """A worker waits out a server that is away, but not a TLS refusal at start:
-    that is a setting to fix, said in one line."""
-    args = [*tls_flags(pki, "expired_client"), "examples.order"]
-    done = weft("decider", *args, address=mtls_server.address)
+    that is a setting to fix, said in one line (before, a runner polled into the
+    refusal without end, a log line per poll each second)."""
+    done = weft(role, *tls_flags(pki, "expired_client"), *args, address=mtls_server.address)
     assert done.returncode == 4, done.stderr
     assert "Traceback" not in done.stderr
     line = done.stderr.splitlines()[-1]  # after the process's own JSON log lines
-    assert line.startswith("weft decider: "), done.stderr
-    assert "expired on" in line, line
-
-
-def test_a_runner_with_a_refused_certificate_exits_at_once(
-    mtls_server: ServerProcess, pki: Pki
-) -> None:
-    """As a decider: a refusal at the start is a setting to fix, not a server
-    away (before, the runner polled into the refusal without end, a log line
-    per poll each second)."""
-    args = [*tls_flags(pki, "expired_client"), "--task-list", "orders", "examples.order"]
-    done = weft("runner", *args, address=mtls_server.address)
-    assert done.returncode == 4, done.stderr
-    assert "Traceback" not in done.stderr
-    line = done.stderr.splitlines()[-1]  # after the process's own JSON log lines
-    assert line.startswith("weft runner: "), done.stderr
+    assert line.startswith(f"weft {role}: "), done.stderr
     assert "expired on" in line, line
     assert '"poll.' not in done.stderr  # it never polled
 
