@@ -98,8 +98,9 @@ def _check_made_by_weft(conn: Connection, config: Config) -> None:
                 " newer Weft (run that version, or a newer one), or not by Weft at all"
             ) from None
         return
-    # No version yet (an empty alembic_version is what a first upgrade cut off
-    # before its first step leaves): Weft's own tables are not there either.
+    # No version yet (an empty alembic_version: a first upgrade cut off before
+    # its first step ended, which on SQLite may have left some of Weft's tables:
+    # those are refused as another program's are, the message says both).
     taken = sorted(tables & set(metadata.tables))
     if taken:
         raise ForeignSchema(
