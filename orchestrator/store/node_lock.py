@@ -47,8 +47,10 @@ class SqliteNodeLock:
             os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
         except OSError as exc:
             taken = exc.errno in (errno.EACCES, errno.EAGAIN)
-            holder = os.pread(fd, 64, 0).decode(errors="replace").strip() if taken else ""
-            os.close(fd)
+            try:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() if taken else ""
+            finally:
+                os.close(fd)
             if not taken:
                 raise OSError(f"cannot lock {path}: {exc.strerror}") from exc
             by = f" (process {holder})" if holder.isdigit() else ""
