@@ -46,6 +46,13 @@ class TlsError(UnavailableError):
     """The TLS handshake with the Weft server failed: check the CA, the client
     certificate and key, and the server name."""
 
+    def __init__(self, message: str | None = None, *, certain: bool = True) -> None:
+        super().__init__(message)
+        self.certain = certain
+        """False when all that was seen is the server closing the connection, at
+        or after the handshake: a refused client certificate looks so, and so
+        does a server that stops or restarts at that moment."""
+
 
 @dataclass(frozen=True)
 class TlsConfig:
@@ -152,7 +159,9 @@ def diagnose(address: str, tls: TlsConfig | None) -> TlsError | None:
                 )
             return _refused_during(tls, exc.reason or str(exc))
         except OSError:
-            return None if tls is None else _refused_during(tls, "connection closed")
+            if tls is None:
+                return None
+            return _refused_during(tls, "connection closed", certain=_cert_expired(tls))
         with conn:
             if tls is None:
                 return TlsError(
@@ -193,20 +202,37 @@ def _answers_http2(conn: ssl.SSLSocket) -> bool:
         return False
 
 
-def _refused_during(tls: TlsConfig, reason: str) -> TlsError:
-    return TlsError(f"TLS handshake failed ({reason}): {_client_cert_state(tls)}")
+def _refused_during(tls: TlsConfig, reason: str, *, certain: bool = True) -> TlsError:
+    return TlsError(f"TLS handshake failed ({reason}): {_client_cert_state(tls)}", certain=certain)
 
 
 def _refused_after(tls: TlsConfig) -> TlsError:
+    # Only a closed connection was seen: certain only if the certificate has
+    # expired here, which no server takes.
     if tls.cert is None:
         return TlsError(
             "the server closed the connection after the TLS handshake: it requires a client"
-            " certificate (TlsConfig(cert=..., key=...); --tls-cert and --tls-key)"
+            " certificate (TlsConfig(cert=..., key=...); --tls-cert and --tls-key)",
+            certain=False,
         )
     return TlsError(
         "the server closed the connection after the TLS handshake, refusing the client"
-        f" certificate: {_client_cert_state(tls)}"
+        f" certificate: {_client_cert_state(tls)}",
+        certain=_cert_expired(tls),
     )
+
+
+def _cert_expired(tls: TlsConfig) -> bool:
+    """Whether the client certificate has expired, as far as can be told here."""
+    info = None if tls.cert is None else _decode_cert(str(tls.cert))
+    return info is not None and _expired(str(info.get("notAfter", "")))
+
+
+def _expired(not_after: str) -> bool:
+    try:
+        return ssl.cert_time_to_seconds(not_after) < time.time()
+    except ValueError:
+        return False
 
 
 def _client_cert_state(tls: TlsConfig) -> str:
@@ -217,11 +243,7 @@ def _client_cert_state(tls: TlsConfig) -> str:
     if info is None:
         return f"the client certificate {tls.cert} may be expired or from a CA it does not trust"
     not_after = str(info.get("notAfter", ""))
-    try:
-        expired = ssl.cert_time_to_seconds(not_after) < time.time()
-    except ValueError:
-        expired = False
-    if expired:
+    if _expired(not_after):
         return f"the client certificate {tls.cert} expired on {not_after}"
     issuer = ", ".join(f"{k}={v}" for rdn in info.get("issuer", ()) for k, v in rdn)
     return (

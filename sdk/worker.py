@@ -14,6 +14,7 @@ import concurrent.futures
 import os
 import signal
 import threading
+import time
 from collections.abc import Callable, Coroutine, Sequence
 from datetime import timedelta
 from typing import Any, TypeVar
@@ -52,6 +53,10 @@ STOP_RESEND = timedelta(seconds=5)
 # A task answered this soon after it started folds its worker's next poll into
 # the answer; longer, and that poll is sent at once on its own (see `Lane`).
 FOLD_WITHIN = 0.05
+# A TLS refusal that is only a closed connection is asked again this long
+# (seconds), this often, before the worker ends with it (`_open_session`).
+TLS_RECHECK_WITHIN = 10.0
+TLS_RECHECK_EVERY = 1.0
 R = TypeVar("R")
 # What a server says of a call it refused before writing anything.
 _REFUSED = (
@@ -205,7 +210,7 @@ class Worker:
             # shutdown meanwhile ends the worker at once. (A register cut off
             # after the server took it leaves a session no poll uses; the server
             # ends it at its timeout.)
-            if not await self._until_stopped(self.session.open()):
+            if not await self._open_session():
                 log.info("worker.stopped", kind=self.kind, identity=self.identity)
                 return
         except _REFUSED_FOR_GOOD as exc:
@@ -261,6 +266,22 @@ class Worker:
 
     async def _prepare(self) -> None:
         """Work before polling starts (a subclass hook); a shutdown interrupts it."""
+
+    async def _open_session(self) -> bool:
+        """Open the worker's session; False if a shutdown came first. A TLS
+        refusal seen only as a closed connection (`TlsError.certain`) is asked
+        again for `TLS_RECHECK_WITHIN`: a server restarting closes connections
+        too, and that is no reason for a worker to end."""
+        deadline = time.monotonic() + TLS_RECHECK_WITHIN
+        while True:
+            try:
+                return await self._until_stopped(self.session.open())
+            except TlsError as exc:
+                if exc.certain or time.monotonic() >= deadline:
+                    raise
+                log.info("worker.tls_unclear", identity=self.identity, error=exc.message)
+            if not await self._until_stopped(asyncio.sleep(TLS_RECHECK_EVERY)):
+                return False
 
     async def _until_stopped(self, work: Coroutine[Any, Any, None]) -> bool:
         """Run `work` unless a shutdown comes first; True when it finished."""
