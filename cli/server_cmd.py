@@ -388,6 +388,9 @@ def server(
         message = str(getattr(exc, "orig", None) or exc).strip().splitlines()
         click.echo(f"weft server: {message[0] if message else type(exc).__name__}", err=True)
         code = 1
+    finally:  # exiting: a signal more must not replace the exit's status with its own
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(sig, signal.SIG_IGN)
     if embedded is not None and embedded.abandoned:
         # As `weft runner` does: a sync task still running in a thread would
         # hold the interpreter open at exit.
@@ -498,10 +501,19 @@ async def _serve(
             return not stop.is_set() and not any(task.done() for task in embedded.tasks)
         return not stop.is_set()
 
+    # The process's handlers, not the loop's, which go with the loop: a signal
+    # just after its close would end a cleanly drained process with its status.
+    def deliver(signum: int, _frame: object) -> None:
+        if not loop.is_closed():
+            loop.call_soon_threadsafe(on_signal, signum)
+
     for sig in (signal.SIGTERM, signal.SIGINT):
-        loop.add_signal_handler(sig, on_signal, sig)
+        signal.signal(sig, deliver)
     if node.config.tls_cert:  # without TLS, SIGHUP keeps its default (exit)
-        loop.add_signal_handler(signal.SIGHUP, node.reload_tls)  # (a no-op until it is read)
+        signal.signal(  # (a no-op until it is read)
+            signal.SIGHUP,
+            lambda _s, _f: None if loop.is_closed() else loop.call_soon_threadsafe(node.reload_tls),
+        )
     # One of the node's own loops ending is a fault: the process stops as for a
     # signal (from the start on: its workers are then not said SERVING), then
     # exits 1 saying which loop (a supervisor restarts it whole).

@@ -4,6 +4,8 @@ error), acknowledged work stays, and the process exits cleanly."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
+import signal
 from pathlib import Path
 
 from sdk.api.weft.v1 import common_pb2 as c
@@ -55,3 +57,26 @@ async def test_sigterm_answers_waiting_polls_empty_and_exits_zero(
             ]
     finally:
         node.stop()
+
+
+async def test_signals_that_keep_coming_do_not_change_a_clean_exit(
+    tmp_path: Path,
+) -> None:
+    """SIGTERM after SIGTERM, through the drain and the exit: the process ends
+    with its own status (0), never with the signal's (before, one that came
+    just after the event loop closed ended it with -15)."""
+    for attempt in range(3):
+        directory = tmp_path / str(attempt)
+        directory.mkdir()
+        node = ServerProcess(f"sqlite:///{directory / 'weft.db'}", directory)
+        await node.start()
+        assert node.proc is not None
+        proc = node.proc
+        try:
+            while proc.poll() is None:
+                with contextlib.suppress(ProcessLookupError):
+                    proc.send_signal(signal.SIGTERM)
+                await asyncio.sleep(0.001)
+        finally:
+            node.stop()
+        assert proc.returncode == 0, node.log_tail()
