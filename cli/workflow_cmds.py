@@ -15,6 +15,7 @@ from cli.output import compact, echo, moment, print_json, span, table
 from cli.params import DURATION, JSON, json_option, server_options
 from cli.register_cmd import register
 from sdk.errors import (
+    DeadlineExceededError,
     WorkflowCanceledError,
     WorkflowFailedError,
     WorkflowOutcomeError,
@@ -52,6 +53,8 @@ def start(
     as_json: bool,
 ) -> None:
     """Start a workflow; print its workflow id and run id."""
+    if wait_timeout is not None and not wait:
+        raise click.UsageError("--timeout goes with --wait (how long to wait for the close)")
     with connect(address, namespace) as client:
         run = client.start_workflow(
             workflow_type,
@@ -70,6 +73,10 @@ def start(
             echo(f"workflow_id  {run.workflow_id}\nrun_id       {run.run_id}")
         try:
             result = client.result(run.workflow_id, run_id=run.run_id, timeout=wait_timeout)
+        except DeadlineExceededError as exc:
+            if as_json:  # the run started: stdout says which, and that it is still open
+                print_json(doc | {"status": "open", "waited": exc.message})
+            raise
         except WorkflowOutcomeError as exc:
             if as_json:
                 status = _OUTCOME_STATUS.get(type(exc), "failed")

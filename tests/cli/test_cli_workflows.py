@@ -186,6 +186,29 @@ def test_start_wait_json_status_uses_the_status_vocabulary(
     assert doc["status"] == describe(address, doc["workflow_id"])["status"] == "failed"
 
 
+def test_start_wait_json_that_gives_up_still_says_which_run(
+    address: str, idle_task_list: str
+) -> None:
+    """The run started: stdout names it, open, even when the wait gives up."""
+    done = weft(
+        "start", "cli-idle", "--task-list", idle_task_list, "--wait", "--timeout", "0s", "--json",
+        address=address,
+    )  # fmt: skip
+    line = error_line(done, "start", 1)
+    assert "did not close within" in line
+    doc = json.loads(done.stdout)
+    assert doc["status"] == describe(address, doc["workflow_id"])["status"] == "open"
+    assert doc["run_id"] and "did not close within" in doc["waited"]
+
+
+def test_start_timeout_without_wait_is_a_usage_error(address: str, idle_task_list: str) -> None:
+    done = weft(
+        "start", "cli-idle", "--task-list", idle_task_list, "--timeout", "5s", address=address
+    )
+    assert "--timeout goes with --wait" in error_line(done, "start", 2)
+    assert not done.stdout  # nothing was started
+
+
 def test_start_wait_on_a_run_that_times_out_exits_1(address: str, idle_task_list: str) -> None:
     done = weft(
         "start", "cli-idle", "--task-list", idle_task_list, "--execution-timeout", "1s",
