@@ -8,6 +8,7 @@ Everything else goes through the server as an admin's calls.
 from __future__ import annotations
 
 import asyncio
+import os
 from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 from typing import Any, Literal, TypeVar
@@ -236,7 +237,15 @@ def bootstrap(
     Run it once where the server's database is reachable; then create the
     other keys with it, over the network.
     """
+    from orchestrator.store.dialect import sqlite_path
+
+    file = sqlite_path(db_url)
+    new_file = file is not None and not os.path.exists(file)
     key_id, secret, active = asyncio.run(_bootstrap(db_url, name, expires, force))
+    if new_file:
+        # Made here, before any server: as meant, or a path mistyped. Said, so
+        # that a mistyped one does not pass for the server's database.
+        click.echo(f"weft auth bootstrap: no database was at {file}: made a new one", err=True)
     if key_id is None:
         fail(
             "auth bootstrap",

@@ -137,11 +137,22 @@ def auth_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[AuthServer
 # -- bootstrap ------------------------------------------------------------------------
 
 
+def test_bootstrap_says_when_it_made_the_database(tmp_path: Path) -> None:
+    """Before any server, as meant, or at a mistyped path: said either way."""
+    path = tmp_path / "typo.db"
+    done = run(command("auth bootstrap", "--db", f"sqlite:///{path}"))
+    assert done.returncode == 0, show(done)
+    assert done.stdout.startswith("weft.k_"), show(done)
+    assert f"no database was at {path}: made a new one" in done.stderr, show(done)
+    assert path.exists()
+
+
 def test_bootstrap_once_then_only_with_force(auth_server: AuthServer) -> None:
     first = auth_server.first_bootstrap
     admin_id = key_id(auth_server.admin_key)
     assert first.stdout == auth_server.admin_key + "\n", show(first)  # the key, alone
     assert f"admin key {admin_id}" in first.stderr, show(first)
+    assert "no database was at" not in first.stderr  # the server's, made before
     before = auth_server.credentials()
     assert (before[admin_id].grant.role, before[admin_id].grant.namespace) == ("admin", "*")
 
