@@ -34,8 +34,15 @@ def import_module(name: str) -> ModuleType:
         if exc.name and name.startswith(exc.name):
             raise LoadError(f"cannot import {name}: no module named {exc.name!r}") from None
         raise LoadError(f"cannot import {name}: {exc}") from exc
+    except SystemExit as exc:
+        raise LoadError(_exited(name, exc)) from None
     except Exception as exc:
         raise LoadError(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
+
+
+def _exited(name: object, exc: SystemExit) -> str:
+    # A module's `sys.exit()` would end the worker in silence, with its code.
+    return f"cannot import {name}: it called sys.exit({exc.code!r}) while being imported"
 
 
 def _import_path(path: Path) -> ModuleType:
@@ -54,6 +61,9 @@ def _import_path(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
+    except SystemExit as exc:
+        del sys.modules[name]
+        raise LoadError(_exited(path, exc)) from None
     except Exception as exc:
         del sys.modules[name]
         raise LoadError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc

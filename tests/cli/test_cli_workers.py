@@ -20,7 +20,12 @@ from tests.workerproc import WorkerProcess
 NOTHING = "x = 1\n"
 RAISES = "raise RuntimeError('boom at import')\n"
 SYNTAX = "def broken(:\n"
-MODULE_FILES = {"nothing": NOTHING, "raises": RAISES, "syntax": SYNTAX}
+MODULE_FILES = {
+    "nothing": NOTHING,
+    "raises": RAISES,
+    "syntax": SYNTAX,
+    "exits": "import sys\n\nsys.exit(3)\n",
+}
 NO_TASK_LIST_ACTIVITY = "from sdk import activity\n\n@activity\ndef lonely(x):\n    return x\n"
 NO_TASK_LIST_DECIDER = (
     "from sdk import Decider\n\n"
@@ -48,6 +53,7 @@ def module_file(tmp_path: Path, name: str, text: str) -> str:
         ("FILE:nothing", "no "),
         ("FILE:raises", "boom at import"),
         ("FILE:syntax", "SyntaxError"),
+        ("FILE:exits", "it called sys.exit(3) while being imported"),
     ],
     ids=[
         "unknown-module",
@@ -57,6 +63,7 @@ def module_file(tmp_path: Path, name: str, text: str) -> str:
         "file-without-workers",
         "raises-on-import",
         "syntax-error",
+        "exits-on-import",
     ],
 )
 def test_a_module_that_cannot_run_exits_2(
