@@ -588,9 +588,9 @@ def _tls_files(
         # restart processes that each fail on them, without end).
         try:
             ServerTls(TlsFiles(cert, key, client_ca or ""))
-        except TlsFilesError as exc:
+        except TlsFilesError as exc:  # bad input, as for `weft ui`: exit 2
             click.echo(f"weft server: {exc}", err=True)
-            sys.exit(1)
+            sys.exit(2)
     env = {"WEFT_TLS_CERT": cert or "", "WEFT_TLS_KEY": key or "", "WEFT_INSECURE": ""}
     env["WEFT_TLS_CLIENT_CA"] = client_ca or ""
     if insecure:

@@ -82,7 +82,7 @@ def test_settings_no_process_could_serve_end_the_supervisor_at_once(tmp_path: Pa
             "--db", nowhere, "--listen", listen, "--workers", workers,
             "--tls-cert", cert, "--tls-key", other_key,
         )  # fmt: skip
-        assert mismatched.returncode == 1, mismatched.stderr
+        assert mismatched.returncode == 2, mismatched.stderr  # bad input
         lines = mismatched.stderr.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("weft server: cannot use the certificate")
         metrics = _server(
