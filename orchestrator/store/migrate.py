@@ -43,12 +43,17 @@ def alembic_config(connection: Connection) -> Config:
 def create_private_file(url: str) -> None:
     """A new SQLite database is created readable by its owner only: it holds the
     task-token key and every payload. (SQLite gives its -wal and -shm files the
-    database file's permissions.) An existing file is left as its owner set it."""
+    database file's permissions.) So is an empty file made beforehand (`touch
+    weft.db`, with the umask's mode): it holds nothing yet, and Weft makes the
+    database in it. A file with anything in it is left as its owner set it."""
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return
     path = Path(u.database)
     if path.exists():
+        if path.is_file() and path.stat().st_size == 0:
+            with contextlib.suppress(PermissionError):  # (not its owner: left as it is)
+                path.chmod(0o600)
         return
     with contextlib.suppress(FileExistsError):  # another process made it meanwhile
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
