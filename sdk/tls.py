@@ -38,6 +38,7 @@ _SUSPECT_MARKERS = (
 PROBE_TIMEOUT = 2.0
 # What OpenSSL says when the other end answers a ClientHello with plaintext.
 _NOT_TLS = frozenset({"WRONG_VERSION_NUMBER", "HTTP_REQUEST", "PACKET_LENGTH_TOO_LONG"})
+CONNECT_TIMEOUT_MS = 5000
 # The client preface of HTTP/2: a gRPC server answers it with its SETTINGS.
 _H2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n"
 
@@ -107,6 +108,10 @@ def open_channel(
         ("grpc.max_receive_message_length", max_message),
         ("grpc.max_send_message_length", max_message),
         ("grpc.use_local_subchannel_pool", 1 if own_connection else 0),
+        # How long a connection may take to get the server's first HTTP/2 frame
+        # (gRPC's own default is 20 s: a peer that accepts and says nothing held
+        # a command that long). A server sends it at once, TLS included.
+        ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ]
     if tls is None:
         return grpc.aio.insecure_channel(address, options=options)

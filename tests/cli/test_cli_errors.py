@@ -3,8 +3,10 @@ server (exit 4), each reported as one line on stderr, never a traceback."""
 
 from __future__ import annotations
 
+import socket
 import subprocess
 import sys
+import time
 
 import pytest
 
@@ -187,3 +189,20 @@ def test_a_ctrl_c_while_the_commands_load_is_one_line() -> None:
         stdin=subprocess.DEVNULL,
     )
     assert (done.returncode, done.stderr) == (130, "weft: interrupted\n")
+
+
+def test_a_peer_that_accepts_and_says_nothing_is_unreachable_within_seconds() -> None:
+    """A port that takes connections and never speaks HTTP/2 (a hung process, a
+    wrong service): exit 4 once the connect timeout passes (5 s; gRPC's own 20 s
+    held the command 22 s)."""
+    with socket.create_server(("127.0.0.1", 0)) as silent:
+        silent.listen(16)
+        address = f"127.0.0.1:{silent.getsockname()[1]}"
+        began = time.monotonic()
+        done = subprocess.run(
+            argv("describe", address, "wf"), capture_output=True, text=True, timeout=60
+        )
+        took = time.monotonic() - began
+    line = error_line(done, "describe", 4)
+    assert "cannot reach a Weft server at" in line
+    assert took < 15, took
