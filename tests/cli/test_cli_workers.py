@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 
-from tests.cli.support import error_line, ok, ok_json, weft
+from tests.cli.support import error_line, ok, ok_json, raw_weft, weft
 from tests.helpers import unique, wait_until
 from tests.workerproc import WorkerProcess
 
@@ -244,6 +244,26 @@ def test_a_decider_needs_something_to_poll(address: str, tmp_path: Path) -> None
     missing = tmp_path / "no-such-folder"
     done = weft("decider", "--definitions", str(missing), address=address, timeout=30)
     assert f"--definitions {missing}: not a directory" in error_line(done, "decider", 2)
+
+
+def test_a_definition_past_the_limit_is_refused_before_it_is_read_whole(
+    address: str, tmp_path: Path
+) -> None:
+    """As `weft register` refuses it: `--definitions` and `weft server
+    --embed-definitions` read at most one byte past the limit."""
+    folder = tmp_path / "defs"
+    folder.mkdir()
+    huge = folder / "huge.yaml"
+    huge.write_text("name: huge\nsteps:\n  - return done\n" + "#" * (256 * 1024))
+    done = weft("decider", "--definitions", str(folder), address=address, timeout=30)
+    line = error_line(done, "decider", 2)
+    assert f"{huge}: the definition is more than 262144 bytes" in line, line
+    embedded = raw_weft(
+        "server", "--db", f"sqlite:///{tmp_path / 'w.db'}", "--listen", "127.0.0.1:0",
+        "--embed-definitions", str(folder), timeout=30,
+    )  # fmt: skip
+    line = error_line(embedded, "server", 2)
+    assert f"{huge}: the definition is more than 262144 bytes" in line, line
 
 
 async def test_a_decider_with_only_a_task_list_runs_registered_step_workflows(

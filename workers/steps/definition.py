@@ -108,7 +108,7 @@ import yaml
 
 from workers.steps.continuation import parse_after
 from workers.steps.errors import StepInterpreterError
-from workers.steps.model import DEFAULT_VERSION, Definition, Param
+from workers.steps.model import DEFAULT_VERSION, MAX_DEFINITION_BYTES, Definition, Param
 from workers.steps.stepparse import _handlers, _step_list
 from workers.steps.syntax import (
     _NULL,
@@ -152,15 +152,15 @@ def parse(text: str, path: str = "<definition>") -> Definition:
     return replace(definition, source=text, path=path)
 
 
-def load_file(path: Path, max_bytes: int | None = None) -> Definition:
-    """Read a definition file (UTF-8) and parse it; with `max_bytes`, a file
-    longer than that is refused before more of it is read (`/dev/zero`)."""
+def load_file(path: Path, max_bytes: int = MAX_DEFINITION_BYTES) -> Definition:
+    """Read a definition file (UTF-8) and parse it; a file longer than
+    `max_bytes` is refused before more of it is read (`/dev/zero`)."""
     try:
         with path.open("rb") as file:
-            raw = file.read() if max_bytes is None else file.read(max_bytes + 1)
+            raw = file.read(max_bytes + 1)
     except OSError as exc:
         raise DefinitionError(f"{path}: cannot read: {exc.strerror or exc}") from None
-    if max_bytes is not None and len(raw) > max_bytes:
+    if len(raw) > max_bytes:
         raise DefinitionError(
             f"{path}: the definition is more than {max_bytes} bytes: the limit is {max_bytes} bytes"
         )

@@ -25,6 +25,10 @@ SHELL_ACTIVITY = "weft.shell"
 # server's engine (orchestrator/engine/start.py DEFAULT_VERSION), which the
 # interpreter may not import; a test holds the two equal.
 DEFAULT_VERSION = "1"
+# The largest definition the server takes, in bytes: a copy of the engine's
+# (orchestrator/engine/limits.py MAX_DEFINITION_BYTES; tests/test_rule_copies.py
+# holds them equal). A file past it is refused before it is read whole.
+MAX_DEFINITION_BYTES = 256 * 1024
 
 
 @dataclass(frozen=True)
