@@ -9,7 +9,8 @@ import click
 
 from cli.client import connect
 from cli.doctor_cmd import finding_lines
-from cli.errors import EXIT_FAILED, reports_errors
+from cli.errors import EXIT_FAILED, one_line, reports_errors
+from cli.errors import describe as describe_error
 from cli.history_cmd import history
 from cli.output import compact, echo, moment, print_json, span, table
 from cli.params import DURATION, JSON, json_option, server_options
@@ -73,16 +74,18 @@ def start(
             echo(f"workflow_id  {run.workflow_id}\nrun_id       {run.run_id}")
         try:
             result = client.result(run.workflow_id, run_id=run.run_id, timeout=wait_timeout)
-        except DeadlineExceededError as exc:
-            if as_json:  # the run started: stdout says which, and that it is still open
-                print_json(doc | {"status": "open", "waited": exc.message})
-            raise
         except WorkflowOutcomeError as exc:
             if as_json:
                 status = _OUTCOME_STATUS.get(type(exc), "failed")
                 doc |= {"status": status, "reason": exc.reason, "details": exc.details}
                 print_json(doc)
                 raise SystemExit(EXIT_FAILED) from None
+            raise
+        except (Exception, KeyboardInterrupt) as exc:
+            # The wait ended before the close (it gave up, the server went, a
+            # Ctrl-C), but the run started: stdout says which, as without --json.
+            if as_json:
+                print_json(doc | _unclosed(exc, address))
             raise
         if as_json:
             print_json(doc | {"status": "completed", "result": result})
@@ -96,6 +99,16 @@ _OUTCOME_STATUS: dict[type[WorkflowOutcomeError], str] = {
     WorkflowCanceledError: "canceled",
     WorkflowTerminatedError: "terminated",
 }
+
+
+def _unclosed(exc: BaseException, address: str) -> dict[str, Any]:
+    """`start --wait --json` when the wait ends before the close: the status is
+    `open` when the wait gave up (--timeout), unknown (null) when it was cut
+    short; `waited` is what stderr says."""
+    if isinstance(exc, DeadlineExceededError):
+        return {"status": "open", "waited": exc.message}
+    said = "interrupted" if isinstance(exc, KeyboardInterrupt) else describe_error(exc, address)
+    return {"status": None, "waited": one_line(said)}
 
 
 def _show(doc: dict[str, Any], as_json: bool) -> None:

@@ -34,15 +34,18 @@ def import_module(name: str) -> ModuleType:
         if exc.name and name.startswith(exc.name):
             raise LoadError(f"cannot import {name}: no module named {exc.name!r}") from None
         raise LoadError(f"cannot import {name}: {exc}") from exc
-    except SystemExit as exc:
-        raise LoadError(_exited(name, exc)) from None
-    except Exception as exc:
-        raise LoadError(f"cannot import {name}: {type(exc).__name__}: {exc}") from exc
+    except KeyboardInterrupt:
+        raise
+    except BaseException as exc:
+        raise LoadError(_cannot_import(name, exc)) from exc
 
 
-def _exited(name: object, exc: SystemExit) -> str:
-    # A module's `sys.exit()` would end the worker in silence, with its code.
-    return f"cannot import {name}: it called sys.exit({exc.code!r}) while being imported"
+def _cannot_import(name: object, exc: BaseException) -> str:
+    # A module's `sys.exit()` would end the worker in silence, with its code;
+    # another BaseException (a Ctrl-C aside) would end it with a traceback.
+    if isinstance(exc, SystemExit):
+        return f"cannot import {name}: it called sys.exit({exc.code!r}) while being imported"
+    return f"cannot import {name}: {type(exc).__name__}: {exc}"
 
 
 def _import_path(path: Path) -> ModuleType:
@@ -61,12 +64,12 @@ def _import_path(path: Path) -> ModuleType:
     sys.modules[name] = module
     try:
         spec.loader.exec_module(module)
-    except SystemExit as exc:
+    except KeyboardInterrupt:
         del sys.modules[name]
-        raise LoadError(_exited(path, exc)) from None
-    except Exception as exc:
+        raise
+    except BaseException as exc:
         del sys.modules[name]
-        raise LoadError(f"cannot import {path}: {type(exc).__name__}: {exc}") from exc
+        raise LoadError(_cannot_import(path, exc)) from exc
     return module
 
 
@@ -96,6 +99,10 @@ def deciders_in(modules: list[ModuleType]) -> list[Decider]:
     for cls in classes.values():
         try:
             out.append(cls())
+        except SystemExit as exc:  # (as at import: not a silent exit with its code)
+            raise LoadError(
+                f"cannot create {cls.__qualname__}(): it called sys.exit({exc.code!r})"
+            ) from exc
         except Exception as exc:
             raise LoadError(f"cannot create {cls.__qualname__}(): {exc}") from exc
     return out

@@ -3,14 +3,28 @@ server (exit 4), each reported as one line on stderr, never a traceback."""
 
 from __future__ import annotations
 
+import asyncio
+import json
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 import pytest
 
-from tests.cli.support import argv, error_line, raw_weft, run_all, unreachable_address
+from tests.cli.support import (
+    REPO,
+    argv,
+    clean_env,
+    error_line,
+    raw_weft,
+    run_all,
+    unreachable_address,
+    weft,
+)
+from tests.helpers import unique, wait_until
+from tests.serverproc import ServerProcess
 
 # (command, arguments): each must be refused before anything is sent anywhere
 USAGE_ERRORS = {
@@ -18,6 +32,7 @@ USAGE_ERRORS = {
     "start-unknown-option": ("start", ["t", "--task-list", "tl", "--bogus"]),
     "start-extra-argument": ("start", ["t", "extra", "--task-list", "tl"]),
     "start-input-without-value": ("start", ["t", "--input"]),
+    "start-timeout-without-wait": ("start", ["t", "--task-list", "tl", "--timeout", "5s"]),
     "signal-missing-name": ("signal", ["wf"]),
     "signal-unknown-option": ("signal", ["wf", "go", "--bogus"]),
     "cancel-missing-id": ("cancel", []),
@@ -154,6 +169,48 @@ def test_unreachable_server_prints_nothing_on_stdout(
         if done.stdout and case in CLIENT_COMMANDS
     }
     assert noisy == {}
+
+
+async def test_start_wait_json_whose_server_goes_away_still_says_which_run(
+    tmp_path: Path,
+) -> None:
+    """The run started, then its server went while the command waited: stdout
+    still names the run (its status unknown: null), stderr says why, exit 4."""
+    node = ServerProcess(f"sqlite:///{tmp_path}/weft.db", tmp_path, name="goes-away")
+    wid = unique("cli-gone")
+    args = ["cli-idle", "--id", wid, "--task-list", unique("idle"), "--wait", "--json"]
+    try:
+        await node.start()
+        waiting = subprocess.Popen(
+            argv("start", node.address, *args),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            stdin=subprocess.DEVNULL,
+            text=True,
+            env=clean_env(),
+            cwd=REPO,
+        )
+        try:
+
+            async def started() -> bool:
+                done = await asyncio.to_thread(weft, "describe", wid, address=node.address)
+                return done.returncode == 0
+
+            await wait_until(started, timeout=30, interval=0.1)
+            await node.terminate()  # (it drains: the start's answer is not cut off)
+            out, err = await asyncio.to_thread(waiting.communicate, timeout=60)
+        finally:
+            if waiting.poll() is None:
+                waiting.kill()
+                waiting.communicate()
+    finally:
+        node.stop()
+    line = error_line(
+        subprocess.CompletedProcess(waiting.args, waiting.returncode, out, err), "start", 4
+    )
+    doc = json.loads(out)
+    assert (doc["workflow_id"], doc["status"]) == (wid, None), doc
+    assert doc["run_id"] and line == f"weft start: {doc['waited']}", doc
 
 
 def test_an_out_of_range_port_is_a_usage_error(

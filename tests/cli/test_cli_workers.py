@@ -25,6 +25,7 @@ MODULE_FILES = {
     "raises": RAISES,
     "syntax": SYNTAX,
     "exits": "import sys\n\nsys.exit(3)\n",
+    "halts": "class Halt(BaseException):\n    pass\n\nraise Halt('halt at import')\n",
 }
 NO_TASK_LIST_ACTIVITY = "from sdk import activity\n\n@activity\ndef lonely(x):\n    return x\n"
 NO_TASK_LIST_DECIDER = (
@@ -54,6 +55,7 @@ def module_file(tmp_path: Path, name: str, text: str) -> str:
         ("FILE:raises", "boom at import"),
         ("FILE:syntax", "SyntaxError"),
         ("FILE:exits", "it called sys.exit(3) while being imported"),
+        ("FILE:halts", "Halt: halt at import"),
     ],
     ids=[
         "unknown-module",
@@ -64,6 +66,7 @@ def module_file(tmp_path: Path, name: str, text: str) -> str:
         "raises-on-import",
         "syntax-error",
         "exits-on-import",
+        "base-exception-on-import",
     ],
 )
 def test_a_module_that_cannot_run_exits_2(
@@ -78,6 +81,33 @@ def test_a_module_that_cannot_run_exits_2(
     if says == "no ":
         wanted = "no @activity functions" if kind == "runner" else "no Decider subclasses"
         assert wanted in line
+
+
+@pytest.mark.parametrize("kind", ["runner", "decider"])
+@pytest.mark.parametrize(
+    ("name", "says"),
+    [("exits", "it called sys.exit(3) while being imported"), ("halts", "Halt: halt at import")],
+    ids=["exits-on-import", "base-exception-on-import"],
+)
+def test_a_module_named_for_import_that_stops_the_import_exits_2(
+    kind: str, name: str, says: str, address: str, tmp_path: Path
+) -> None:
+    """As by path, so by name (found from the current directory)."""
+    module = f"weft_{name}_{unique('m').replace('-', '_')}"
+    module_file(tmp_path, module, MODULE_FILES[name])
+    done = weft(kind, "--task-list", "tl", module, address=address, timeout=30, cwd=tmp_path)
+    assert f"cannot import {module}: {says}" in error_line(done, kind, 2)
+
+
+def test_a_decider_that_exits_when_created_exits_2(address: str, tmp_path: Path) -> None:
+    """Its class is created as the module loads: a `sys.exit()` there is a load
+    error in one line, not a silent exit with its code."""
+    text = NO_TASK_LIST_DECIDER.replace(
+        "    def decide", "    def __init__(self):\n        raise SystemExit(3)\n\n    def decide"
+    )
+    path = module_file(tmp_path, "exits_when_created", text)
+    done = weft("decider", "--task-list", "tl", path, address=address, timeout=30)
+    assert "cannot create Lonely(): it called sys.exit(3)" in error_line(done, "decider", 2)
 
 
 @pytest.mark.parametrize(
