@@ -15,6 +15,7 @@ from typing import TYPE_CHECKING, Any, TypeVar
 
 import click
 
+from cli import server_signals
 from cli.gc_settings import tune_collector
 from cli.params import ADDRESS, DURATION, LOG_LEVEL, SizeType
 from orchestrator.config import (
@@ -381,7 +382,7 @@ def server(
     try:
         # A process of `--workers N` shares the supervisor's signals (and a
         # terminal's, and a service manager's): a repeat is not a hurry there.
-        asyncio.run(_serve(node, embedded, hurry_on_repeat=not reuse_port))
+        asyncio.run(_serve(node, embedded, hurry_on_repeat=not reuse_port, keep_signals=True))
     except KeyboardInterrupt:
         pass
     except Exception as exc:
@@ -389,7 +390,7 @@ def server(
         click.echo(f"weft server: {message[0] if message else type(exc).__name__}", err=True)
         code = 1
     finally:  # exiting: a signal more must not replace the exit's status with its own
-        for sig in (signal.SIGTERM, signal.SIGINT):
+        for sig in server_signals.STOPS:  # (ignored: Python's own handlers end before it)
             signal.signal(sig, signal.SIG_IGN)
     if embedded is not None and embedded.abandoned:
         # As `weft runner` does: a sync task still running in a thread would
@@ -474,7 +475,10 @@ def _refused_as_usage() -> Iterator[None]:
 
 
 async def _serve(
-    node: Server, embedded: EmbeddedWorkers | None = None, hurry_on_repeat: bool = True
+    node: Server,
+    embedded: EmbeddedWorkers | None = None,
+    hurry_on_repeat: bool = True,
+    keep_signals: bool = False,
 ) -> None:
     stop = asyncio.Event()
     loop = asyncio.get_running_loop()
@@ -501,19 +505,8 @@ async def _serve(
             return not stop.is_set() and not any(task.done() for task in embedded.tasks)
         return not stop.is_set()
 
-    # The process's handlers, not the loop's, which go with the loop: a signal
-    # just after its close would end a cleanly drained process with its status.
-    def deliver(signum: int, _frame: object) -> None:
-        if not loop.is_closed():
-            loop.call_soon_threadsafe(on_signal, signum)
-
-    for sig in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(sig, deliver)
-    if node.config.tls_cert:  # without TLS, SIGHUP keeps its default (exit)
-        signal.signal(  # (a no-op until it is read)
-            signal.SIGHUP,
-            lambda _s, _f: None if loop.is_closed() else loop.call_soon_threadsafe(node.reload_tls),
-        )
+    reload = node.reload_tls if node.config.tls_cert else None  # (a no-op until read)
+    finish, restore = server_signals.install(loop, on_signal, reload)
     # One of the node's own loops ending is a fault: the process stops as for a
     # signal (from the start on: its workers are then not said SERVING), then
     # exits 1 saying which loop (a supervisor restarts it whole).
@@ -525,6 +518,9 @@ async def _serve(
         await _serve_until_stopped(node, embedded, stop)
     finally:
         fault.cancel()
+        # Served: a signal more changes nothing (the process's whole life keeps
+        # the handlers; see `server`, which then lets one end a stuck exit).
+        (finish if keep_signals else restore)()
     if node.fault is not None:
         raise RuntimeError(f"the node stopped: {node.fault}")
 

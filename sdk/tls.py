@@ -109,6 +109,7 @@ def open_channel(
         ("grpc.max_send_message_length", max_message),
         ("grpc.use_local_subchannel_pool", 1 if own_connection else 0),
         # How long a connection may take to get the server's first HTTP/2 frame
+        # (the option's name is gRPC's: it is the connect timeout, not a backoff)
         # (gRPC's own default is 20 s: a peer that accepts and says nothing held
         # a command that long). A server sends it at once, TLS included.
         ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
@@ -154,6 +155,10 @@ def diagnose(address: str, tls: TlsConfig | None) -> TlsError | None:
                 f" ({exc.verify_message}); give the CA that issued it"
                 " (TlsConfig(ca=...), --tls-ca), or the name it carries (--tls-server-name)"
             )
+        except ssl.SSLEOFError:  # closed during the handshake: as a reset, unclear
+            if tls is None:
+                return None
+            return _refused_during(tls, "connection closed", certain=_cert_expired(tls))
         except ssl.SSLError as exc:
             if tls is None:
                 return None  # a plaintext server: as this client expects

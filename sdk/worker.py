@@ -54,7 +54,7 @@ STOP_RESEND = timedelta(seconds=5)
 # the answer; longer, and that poll is sent at once on its own (see `Lane`).
 FOLD_WITHIN = 0.05
 # A TLS refusal that is only a closed connection is asked again this long
-# (seconds), this often, before the worker ends with it (`_open_session`).
+# (seconds), this often, before the worker ends with it (`_through_unclear_tls`).
 TLS_RECHECK_WITHIN = 10.0
 TLS_RECHECK_EVERY = 1.0
 R = TypeVar("R")
@@ -197,7 +197,7 @@ class Worker:
         for _ in range(self._stop_requests):
             self._request_stop()
         try:
-            prepared = await self._until_stopped(self._prepare())
+            prepared = await self._through_unclear_tls(self._prepare)
         finally:
             # Entering `with worker:` returns once the worker is ready to poll (or
             # stopped, or failed to start).
@@ -210,7 +210,7 @@ class Worker:
             # shutdown meanwhile ends the worker at once. (A register cut off
             # after the server took it leaves a session no poll uses; the server
             # ends it at its timeout.)
-            if not await self._open_session():
+            if not await self._through_unclear_tls(self.session.open):
                 log.info("worker.stopped", kind=self.kind, identity=self.identity)
                 return
         except _REFUSED_FOR_GOOD as exc:
@@ -267,19 +267,23 @@ class Worker:
     async def _prepare(self) -> None:
         """Work before polling starts (a subclass hook); a shutdown interrupts it."""
 
-    async def _open_session(self) -> bool:
-        """Open the worker's session; False if a shutdown came first. A TLS
-        refusal seen only as a closed connection (`TlsError.certain`) is asked
-        again for `TLS_RECHECK_WITHIN`: a server restarting closes connections
-        too, and that is no reason for a worker to end."""
-        deadline = time.monotonic() + TLS_RECHECK_WITHIN
+    async def _through_unclear_tls(self, step: Callable[[], Coroutine[Any, Any, None]]) -> bool:
+        """Run a start-up step (a decider's registrations, the session's
+        opening); False if a shutdown came first. A TLS refusal seen only as a
+        closed connection (`TlsError.certain`) is asked again for
+        `TLS_RECHECK_WITHIN` from the first one: a server restarting closes
+        connections too, and that is no reason for a worker to end."""
+        deadline: float | None = None
         while True:
             try:
-                return await self._until_stopped(self.session.open())
+                return await self._until_stopped(step())
             except TlsError as exc:
+                deadline = deadline or time.monotonic() + TLS_RECHECK_WITHIN
                 if exc.certain or time.monotonic() >= deadline:
                     raise
-                log.info("worker.tls_unclear", identity=self.identity, error=exc.message)
+                log.info(
+                    "worker.tls_unclear", kind=self.kind, identity=self.identity, error=exc.message
+                )
             if not await self._until_stopped(asyncio.sleep(TLS_RECHECK_EVERY)):
                 return False
 

@@ -45,13 +45,15 @@ def create_private_file(url: str) -> None:
     task-token key and every payload. (SQLite gives its -wal and -shm files the
     database file's permissions.) So is an empty file made beforehand (`touch
     weft.db`, with the umask's mode): it holds nothing yet, and Weft makes the
-    database in it. A file with anything in it is left as its owner set it."""
+    database in it (a group's access given on purpose, without others', is
+    kept). A file with anything in it is left as its owner set it."""
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
         return
     path = Path(u.database)
     if path.exists():
-        if path.is_file() and path.stat().st_size == 0:
+        info = path.stat()
+        if path.is_file() and info.st_size == 0 and info.st_mode & 0o007:
             with contextlib.suppress(PermissionError):  # (not its owner: left as it is)
                 path.chmod(0o600)
         return

@@ -51,3 +51,12 @@ async def test_a_database_with_a_mode_chosen_by_its_owner_keeps_it(tmp_path: Pat
     db.chmod(0o640)  # shared with a group, on purpose
     await _serve_once(db)
     assert _mode(db) == 0o640
+
+
+async def test_an_empty_file_shared_with_a_group_only_keeps_its_mode(tmp_path: Path) -> None:
+    """Made for a service account's group on purpose (`install -m 0660`): kept."""
+    db = tmp_path / "weft.db"
+    db.touch()
+    db.chmod(0o660)
+    await _serve_once(db)
+    assert _mode(db) == 0o660

@@ -4,7 +4,6 @@ that keeps meeting closed connections ends, saying so in one line."""
 
 from __future__ import annotations
 
-import json
 import socket
 import ssl
 import subprocess
@@ -13,9 +12,12 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 
+import pytest
+
 from tests.certs import Pki
 from tests.cli.support import REPO, argv, clean_env, ok_json
 from tests.e2e.security.test_tls_cli import tls_flags
+from tests.helpers import unique
 from tests.serverproc import ServerProcess
 
 
@@ -82,9 +84,11 @@ def front(pki: Pki, server: ServerProcess) -> Iterator[Front]:
         relay.close()
 
 
-def _runner(pki: Pki, port: int) -> subprocess.Popen[str]:
+def _worker(pki: Pki, port: int, role: str, task_list: str) -> subprocess.Popen[str]:
     return subprocess.Popen(
-        argv("runner", f"127.0.0.1:{port}", *tls_flags(pki), "--task-list", "t1", "examples.order"),
+        argv(
+            role, f"127.0.0.1:{port}", *tls_flags(pki), "--task-list", task_list, "examples.order"
+        ),
         stdout=subprocess.DEVNULL,
         stderr=subprocess.PIPE,
         text=True,
@@ -93,7 +97,7 @@ def _runner(pki: Pki, port: int) -> subprocess.Popen[str]:
     )
 
 
-def _listed(pki: Pki, server: ServerProcess) -> list[dict[str, object]]:
+def _listed(pki: Pki, server: ServerProcess, task_list: str) -> list[dict[str, object]]:
     workers = ok_json(
         subprocess.run(
             argv("workers", server.address, *tls_flags(pki), "--json"),
@@ -105,27 +109,38 @@ def _listed(pki: Pki, server: ServerProcess) -> list[dict[str, object]]:
         )
     )
     assert isinstance(workers, list)
-    return [w for w in workers if "t1" in json.dumps(w)]
+    return [w for w in workers if any(t["name"] == task_list for t in w["task_lists"])]
 
 
+@pytest.mark.parametrize("role", ["runner", "decider"])
 def test_a_worker_waits_out_a_server_that_closes_after_the_handshake(
-    mtls_server: ServerProcess, pki: Pki
+    mtls_server: ServerProcess, pki: Pki, role: str
 ) -> None:
+    """A decider meets it first in its registrations, a runner in its session."""
+    task_list = unique("tls-start")
     with front(pki, mtls_server) as relay:
-        proc = _runner(pki, relay.port)
+        proc = _worker(pki, relay.port, role, task_list)
+        lines: list[str] = []
+        assert proc.stderr is not None
+        reader = threading.Thread(target=lambda: lines.extend(proc.stderr or ()), daemon=True)
+        reader.start()
         try:
-            time.sleep(3)  # a few closed connections, each diagnosed
-            assert proc.poll() is None, proc.communicate()[1]
-            relay.closing = False
             deadline = time.monotonic() + 30
-            while not _listed(pki, mtls_server):
-                assert proc.poll() is None, proc.communicate()[1]
-                assert time.monotonic() < deadline, "the runner never joined"
+            while not any("worker.tls_unclear" in line for line in lines):
+                assert proc.poll() is None, "".join(lines)
+                assert time.monotonic() < deadline, "no closed connection was met"
+                time.sleep(0.1)
+            relay.closing = False
+            while not _listed(pki, mtls_server, task_list):
+                assert proc.poll() is None, "".join(lines)
+                assert time.monotonic() < deadline + 30, "the worker never joined"
                 time.sleep(0.3)
         finally:
             proc.terminate()
-            _, stderr = proc.communicate(timeout=30)
-    assert "worker.tls_unclear" in stderr, stderr
+            proc.wait(timeout=30)
+            reader.join(timeout=10)
+            proc.stderr.close()
+    stderr = "".join(lines)
     assert "worker.refused" not in stderr, stderr
     assert "Traceback" not in stderr
 
@@ -135,7 +150,7 @@ def test_a_worker_that_only_meets_closed_connections_ends_in_one_line(
 ) -> None:
     with front(pki, mtls_server) as relay:
         began = time.monotonic()
-        proc = _runner(pki, relay.port)
+        proc = _worker(pki, relay.port, "runner", unique("tls-start"))
         _, stderr = proc.communicate(timeout=60)
     assert proc.returncode == 4, stderr
     assert time.monotonic() - began >= 9  # asked again for TLS_RECHECK_WITHIN first
