@@ -519,7 +519,7 @@ async def _serve(
     finally:
         fault.cancel()
         # Served: a signal more changes nothing (the process's whole life keeps
-        # the handlers; see `server`, which then lets one end a stuck exit).
+        # the handlers, inert; `server` then ignores the signals until it exits).
         (finish if keep_signals else restore)()
     if node.fault is not None:
         raise RuntimeError(f"the node stopped: {node.fault}")

@@ -109,9 +109,9 @@ def open_channel(
         ("grpc.max_send_message_length", max_message),
         ("grpc.use_local_subchannel_pool", 1 if own_connection else 0),
         # How long a connection may take to get the server's first HTTP/2 frame
-        # (the option's name is gRPC's: it is the connect timeout, not a backoff)
         # (gRPC's own default is 20 s: a peer that accepts and says nothing held
-        # a command that long). A server sends it at once, TLS included.
+        # a command that long). A server sends it at once, TLS included. (The
+        # option's name is gRPC's: it is the connect timeout, not a backoff.)
         ("grpc.min_reconnect_backoff_ms", CONNECT_TIMEOUT_MS),
     ]
     if tls is None:
