@@ -139,14 +139,16 @@ class Server:
             # listener stops, the node's row says gone and its lease is let go
             # (a start that failed is no unexpected shutdown, and another node
             # need not wait out the lease to lead), the loops end (not as
-            # faults) and the store is closed.
+            # faults) and the store is closed. What fails in that is logged:
+            # the caller gets the start's error, which says why it failed.
             self._stopping = True
             try:
-                await self._drain(0)
-            except Exception:
-                log.exception("server.start_undo_failed")
-            finally:
-                await self._release()
+                try:
+                    await self._drain(0)
+                finally:
+                    await self._release()
+            except Exception as exc:
+                log.error("server.start_undo_failed", exc_info=exc)
             raise
 
     async def _start(self, before_serving: Callable[[], Awaitable[bool]] | None) -> int:

@@ -8,8 +8,10 @@ from __future__ import annotations
 
 import contextlib
 import os
+import stat
 from pathlib import Path
 
+import structlog
 from alembic import command
 from alembic.config import Config
 from alembic.script import ScriptDirectory
@@ -21,6 +23,7 @@ from orchestrator.store.schema import metadata
 
 MIGRATIONS = Path(__file__).parent / "migrations"
 _ADVISORY_KEY = 0x5745_4654_0001  # "WEFT" + 1
+log = structlog.get_logger("weft.store")
 
 
 def sync_url(url: str) -> str:
@@ -40,29 +43,49 @@ def alembic_config(connection: Connection) -> Config:
     return cfg
 
 
-def create_private_file(url: str) -> None:
-    """A new SQLite database is created readable by its owner only: it holds the
-    task-token key and every payload. (SQLite gives its -wal and -shm files the
-    database file's permissions.) So is an empty file made beforehand (`touch
-    weft.db`, with the umask's mode): it holds nothing yet, and Weft makes the
-    database in it (a group's access given on purpose, without others', is
-    kept). A file with anything in it is left as its owner set it."""
+def _sqlite_file(url: str) -> Path | None:
     u = make_url(url)
     if u.get_backend_name() != "sqlite" or not u.database or u.database == ":memory:":
-        return
-    path = Path(u.database)
-    if path.exists():
-        info = path.stat()
-        if path.is_file() and info.st_size == 0 and info.st_mode & 0o007:
-            with contextlib.suppress(PermissionError):  # (not its owner: left as it is)
-                path.chmod(0o600)
+        return None
+    return Path(u.database)
+
+
+def create_private_file(url: str) -> None:
+    """A new SQLite database is created readable by its owner only: it holds the
+    task-token key, API key hashes and every payload. (SQLite gives its -wal
+    and -shm files the database file's permissions.)"""
+    path = _sqlite_file(url)
+    if path is None or path.exists():
         return
     with contextlib.suppress(FileExistsError):  # another process made it meanwhile
         os.close(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600))
 
 
+def _keep_private(conn: Connection, path: Path) -> None:
+    """A file made beforehand that holds nothing yet (`touch weft.db` with the
+    umask's mode, or `sqlite3 weft.db 'PRAGMA journal_mode=WAL'`, a header and
+    no table) is made as private as a new database, with the -wal and -shm
+    files SQLite has made beside it: Weft makes the database in it. A group's
+    access given on purpose, without others', is kept. A file with anything in
+    it keeps its owner's mode, said in a warning when others may read it."""
+    if not conn.execute(text("SELECT count(*) FROM sqlite_master")).scalar():
+        for file in (path, Path(f"{path}-wal"), Path(f"{path}-shm")):
+            with contextlib.suppress(FileNotFoundError, PermissionError):  # (not its owner)
+                if file.is_file() and file.stat().st_mode & 0o007:
+                    file.chmod(0o600)
+    mode = stat.S_IMODE(path.stat().st_mode)
+    if mode & 0o007:
+        log.warning(
+            "store.database_open_to_others",
+            path=str(path),
+            mode=oct(mode),
+            hint=f"chmod 600 {path}: it holds API key hashes, the task-token key and every payload",
+        )
+
+
 def upgrade(url: str) -> None:
     create_private_file(url)
+    sqlite_file = _sqlite_file(url)
     engine = create_engine(sync_url(url))
     try:
         with engine.connect() as conn:
@@ -73,6 +96,8 @@ def upgrade(url: str) -> None:
             try:
                 config = alembic_config(conn)
                 _check_made_by_weft(conn, config)
+                if sqlite_file is not None:
+                    _keep_private(conn, sqlite_file)
                 command.upgrade(config, "head")
                 conn.commit()
             finally:

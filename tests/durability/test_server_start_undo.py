@@ -5,7 +5,9 @@ lets go of its database (the store closed, the SQLite node lock released)."""
 from __future__ import annotations
 
 import socket
+import sqlite3
 from pathlib import Path
+from typing import Any
 
 import pytest
 from structlog.testing import capture_logs
@@ -13,6 +15,7 @@ from structlog.testing import capture_logs
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from orchestrator.store import nodes as node_rows
+from orchestrator.store.store import Store
 
 
 async def test_the_start_error_goes_up_and_the_database_is_let_go(
@@ -28,6 +31,35 @@ async def test_the_start_error_goes_up_and_the_database_is_let_go(
         await say(self, status)
 
     monkeypatch.setattr(Server, "_say", lost_at_gone)
+    undone = await _failed_start(db_url)
+    assert isinstance(undone["exc_info"], ConnectionError), undone
+    monkeypatch.undo()
+    await _starts_again(db_url)
+
+
+async def test_a_close_that_fails_in_the_undo_leaves_the_start_error_to_the_caller(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The undo's last step, closing the store, fails: the caller still gets the
+    start's error (not the close's), the close's is logged, and the node lock
+    is let go."""
+    db_url = f"sqlite:///{tmp_path / 'node.db'}"
+    close = Store.close
+
+    async def fails_once_closed(self: Store) -> None:
+        await close(self)  # (the connections are closed: only the report fails)
+        raise sqlite3.OperationalError("disk I/O error")
+
+    monkeypatch.setattr(Store, "close", fails_once_closed)
+    undone = await _failed_start(db_url)
+    assert isinstance(undone["exc_info"], sqlite3.OperationalError), undone
+    monkeypatch.undo()
+    await _starts_again(db_url)
+
+
+async def _failed_start(db_url: str) -> dict[str, Any]:
+    """Start a node whose metrics port is taken: the caller gets the start's
+    error; returns the one `server.start_undo_failed` line it logged."""
     with socket.socket() as taken:
         taken.bind(("127.0.0.1", 0))
         taken.listen()
@@ -37,8 +69,12 @@ async def test_the_start_error_goes_up_and_the_database_is_let_go(
             await node.start()
     undone = [e for e in logs if e["event"] == "server.start_undo_failed"]
     assert len(undone) == 1 and undone[0]["log_level"] == "error", logs
-    monkeypatch.undo()
-    # Let go: a node on the same file starts (the lock was released) and stops.
+    return undone[0]
+
+
+async def _starts_again(db_url: str) -> None:
+    """The database was let go: a node on the same file starts (the lock was
+    released) and stops."""
     again = Server(ServerConfig(db_url=db_url, listen="127.0.0.1:0"))
     await again.start()
     await again.stop(grace=0.5)

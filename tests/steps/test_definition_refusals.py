@@ -3,6 +3,7 @@ reason, and reading files and folders."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 
 import pytest
@@ -337,3 +338,20 @@ def test_load_dir_reports_the_bad_file(tmp_path: Path) -> None:
     (tmp_path / "a.yaml").write_text("name: a\nsteps: [frobnicate]\n")
     with pytest.raises(DefinitionError, match=r"a\.yaml:2: unknown step type 'frobnicate'"):
         load_dir(tmp_path)
+
+
+def test_load_dir_reads_no_endless_file(tmp_path: Path) -> None:
+    """A folder's files are read as `weft register` reads one, at most one byte
+    past the limit; what is no regular file (`/dev/zero`, a FIFO, which would
+    block) is not opened at all."""
+    (tmp_path / "a.yaml").write_text("name: a\nsteps: [return x]\n")
+    (tmp_path / "zero.yaml").symlink_to("/dev/zero")
+    os.mkfifo(tmp_path / "pipe.yaml")
+    assert [d.name for d in load_dir(tmp_path)] == ["a"]
+    (tmp_path / "huge.yaml").write_text("name: huge\nsteps: [return x]\n" + "#" * 256 * 1024)
+    with pytest.raises(DefinitionError) as caught:
+        load_dir(tmp_path)
+    assert str(caught.value) == (
+        f"{tmp_path / 'huge.yaml'}: the definition is more than 262144 bytes:"
+        " the limit is 262144 bytes"
+    )
