@@ -102,22 +102,24 @@ def unreachable_address() -> str:
     return f"127.0.0.1:{free_port()}"
 
 
+def spawn(cmd: list[str]) -> subprocess.Popen[str]:
+    """`weft` argv started in the background, its output piped, its stdin closed."""
+    return subprocess.Popen(
+        cmd,
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        stdin=subprocess.DEVNULL,
+        text=True,
+        env=clean_env(),
+        cwd=REPO,
+    )
+
+
 def run_all(
     commands: Sequence[list[str]], timeout: float = 60
 ) -> list[subprocess.CompletedProcess[str]]:
     """Run several `weft` argv lists at once (they mostly wait), in parallel."""
-    procs = [
-        subprocess.Popen(
-            cmd,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=clean_env(),
-            cwd=REPO,
-        )
-        for cmd in commands
-    ]
+    procs = [spawn(cmd) for cmd in commands]
     results = []
     try:
         for cmd, proc in zip(commands, procs, strict=True):

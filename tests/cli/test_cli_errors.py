@@ -14,12 +14,11 @@ from pathlib import Path
 import pytest
 
 from tests.cli.support import (
-    REPO,
     argv,
-    clean_env,
     error_line,
     raw_weft,
     run_all,
+    spawn,
     unreachable_address,
     weft,
 )
@@ -181,15 +180,7 @@ async def test_start_wait_json_whose_server_goes_away_still_says_which_run(
     args = ["cli-idle", "--id", wid, "--task-list", unique("idle"), "--wait", "--json"]
     try:
         await node.start()
-        waiting = subprocess.Popen(
-            argv("start", node.address, *args),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            stdin=subprocess.DEVNULL,
-            text=True,
-            env=clean_env(),
-            cwd=REPO,
-        )
+        waiting = spawn(argv("start", node.address, *args))
         try:
 
             async def started() -> bool:
