@@ -9,8 +9,8 @@ import ssl
 import subprocess
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager, suppress
 
 import pytest
 
@@ -34,8 +34,28 @@ class Front:
         self._tls.set_alpn_protocols(["h2"])
         self._listener = socket.create_server(("127.0.0.1", 0))
         self.port = self._listener.getsockname()[1]
-        self._thread = threading.Thread(target=self._accept, daemon=True)
-        self._thread.start()
+        # Every socket and thread is kept so that close() ends them all: a
+        # thread left running would raise into whichever test runs next.
+        self._lock = threading.Lock()
+        self._sockets: list[socket.socket] = []
+        self._threads: list[threading.Thread] = []
+        self._closed = False
+        self._start(self._accept)
+
+    def _start(self, target: Callable[..., None], *args: object) -> None:
+        thread = threading.Thread(target=target, args=args, daemon=True)
+        with self._lock:
+            self._threads.append(thread)
+        thread.start()
+
+    def _keep(self, sock: socket.socket) -> bool:
+        """Track `sock` for close(); False (and `sock` closed) once closing."""
+        with self._lock:
+            if not self._closed:
+                self._sockets.append(sock)
+                return True
+        sock.close()
+        return False
 
     def _accept(self) -> None:
         while True:
@@ -43,8 +63,8 @@ class Front:
                 conn, _ = self._listener.accept()
             except OSError:
                 return  # closed
-            target = self._close_after_handshake if self.closing else self._relay
-            threading.Thread(target=target, args=(conn,), daemon=True).start()
+            if self._keep(conn):
+                self._start(self._close_after_handshake if self.closing else self._relay, conn)
 
     def _close_after_handshake(self, conn: socket.socket) -> None:
         conn.settimeout(5)
@@ -55,23 +75,46 @@ class Front:
             conn.close()
 
     def _relay(self, conn: socket.socket) -> None:
-        upstream = socket.create_connection(self._upstream)
+        try:
+            upstream = socket.create_connection(self._upstream, timeout=5)
+        except OSError:
+            conn.close()  # the server is gone (the test is ending)
+            return
+        upstream.settimeout(None)
+        if not self._keep(upstream):
+            conn.close()
+            return
 
         def pump(src: socket.socket, dst: socket.socket) -> None:
-            try:
+            with suppress(OSError):
                 while data := src.recv(65536):
                     dst.sendall(data)
-            except OSError:
-                pass
-            finally:
-                for s in (src, dst):
-                    s.close()
+            for s in (src, dst):
+                _end(s)  # the shutdown wakes the other pump's recv()
 
-        threading.Thread(target=pump, args=(upstream, conn), daemon=True).start()
+        self._start(pump, upstream, conn)
         pump(conn, upstream)
 
     def close(self) -> None:
-        self._listener.close()
+        with self._lock:
+            self._closed = True
+            sockets, self._sockets = self._sockets, []
+        _end(self._listener)
+        for sock in sockets:
+            _end(sock)
+        with self._lock:
+            threads = list(self._threads)
+        for thread in threads:
+            thread.join(timeout=10)
+        assert not [t for t in threads if t.is_alive()], "a front thread outlived close()"
+
+
+def _end(sock: socket.socket) -> None:
+    """Close `sock` so that a thread blocked on it returns: close() alone
+    leaves a blocked accept() or recv() waiting."""
+    with suppress(OSError):  # not connected any more
+        sock.shutdown(socket.SHUT_RDWR)
+    sock.close()
 
 
 @contextmanager
