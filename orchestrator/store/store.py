@@ -120,8 +120,10 @@ class Store(LockedWrites, UpkeepWrites):
         return store
 
     async def close(self) -> None:
-        await self._hot.close()
-        await super().close()
+        try:
+            await self._hot.close()
+        finally:  # the pool's connections go even when the hot path's close fails
+            await super().close()
 
     def set_offer(self, offer: Offer | None) -> None:
         self._offer = offer

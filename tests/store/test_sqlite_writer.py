@@ -216,3 +216,24 @@ async def test_a_database_the_hot_path_cannot_open_is_refused(url: str, refusal:
     with pytest.raises(ValueError, match=refusal):
         await Store.open(url)
     assert dialect.sqlite_path("postgresql://localhost/weft") is None
+
+
+async def test_a_store_whose_hot_path_fails_to_close_still_closes_its_pool(
+    sqlite_url: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    store = await Store.open(sqlite_url)
+    writer = store._hot
+    assert isinstance(writer, SqliteWriter)
+    async with store._engine.connect() as conn:  # a connection the pool then keeps
+        await conn.execute(select(schema.runs.c.run_id).limit(1))
+    assert store._engine.pool.checkedin() == 1
+
+    async def broken_close() -> None:
+        raise OSError("disk gone")
+
+    close_writes = writer._writes.close
+    monkeypatch.setattr(writer._writes, "close", broken_close)
+    with pytest.raises(OSError, match="disk gone"):
+        await store.close()
+    assert store._engine.pool.checkedin() == 0  # disposed all the same
+    await close_writes()
