@@ -15,7 +15,8 @@ completed activity: the server's CPU (and the decider's, the runner's and, when
 the cluster runs on this machine, PostgreSQL's: `bench.pg_cpu`), the RPCs it
 answered (by method), the SQL statements it sent and the transactions it
 committed (its own counters), and on PostgreSQL the transactions the database
-counted (`pg_stat_database`). With
+counted (`pg_stat_database`), and, when the cluster runs on this machine, the
+WAL records it wrote, by table and kind (`bench.pg_wal`). With
 `--py-spy` (py-spy comes with the bench extra), it also samples the server
 during the timed batch and prints where its CPU went, by layer and by function.
 With `--perf`, Linux perf samples it instead and the split is by native code
@@ -42,7 +43,7 @@ from typing import Any
 
 import psycopg
 
-from bench import native_profile, pgdb
+from bench import native_profile, pg_wal, pgdb
 from bench.drive import Batch, Completions, run_batch, sample_hand_offs
 from bench.processes import PYTHON, REPO, Counts, Process
 from bench.rig import WeftNode
@@ -113,9 +114,12 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
             os.kill(counted.pid, signal.SIGUSR1)  # (the warm-up's counts are dropped)
         probe = node.pg_probe  # (None on SQLite)
         pg0 = None if probe is None else probe.sample()  # (before xacts0: it commits)
+        wal_probe = None if args.sqlite else pg_wal.WalProbe.open(db_url)
+        wal0 = wal_probe.position() if isinstance(wal_probe, pg_wal.WalProbe) else ""
         counts0, cpu0, xacts0 = node.server.counts(), node.server.cpu(), _xacts(args, db_url)
         decider0, runner0 = _cpu(node.decider), _cpu(node.runner)
         timed = await batch(args.workflows, "timed")
+        wal1 = wal_probe.position() if isinstance(wal_probe, pg_wal.WalProbe) else ""
         cpu = node.server.cpu() - cpu0
         decider_cpu, runner_cpu = _cpu(node.decider) - decider0, _cpu(node.runner) - runner0
         pg1 = None if probe is None or pg0 is None else probe.sample()
@@ -130,6 +134,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         xacts = _xacts(args, db_url) - xacts0
         node.check_alive()
         legs, _ = await sample_hand_offs(node.client, timed.workflow_ids)
+        wal = wal_probe.read(wal0, wal1) if isinstance(wal_probe, pg_wal.WalProbe) else wal_probe
     finally:
         await node.stop()
         if not args.sqlite:
@@ -145,6 +150,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         "runner_cpu": runner_cpu,
         "pg_cpu": pg_cpu,
         "xacts": xacts,
+        "wal": wal,
         "spy": spy_out,
         "census": census,
         # (perf's reports take seconds: read once the processes are gone)
@@ -263,6 +269,7 @@ def render(result: dict[str, Any], args: argparse.Namespace) -> str:
     ]
     if not args.sqlite:
         lines.append(f"PostgreSQL xacts per act.    {result['xacts'] / acts:8.2f}")
+    lines += pg_wal.render(result.get("wal"), acts)
     legs = result["legs"]
     per_lane = args.inflight / (acts / result["seconds"]) * 1000
     lines += [
