@@ -30,14 +30,14 @@ _RECORD = re.compile(
     r"^rmgr: (?P<rmgr>\S+)\s+len \(rec/tot\):\s*(?P<rec>\d+)/\s*(?P<bytes>\d+),"
     r".*?desc: (?P<op>[A-Z0-9_+]+)(?P<rest>.*)$"
 )
-_FIRST_BLOCK = re.compile(r"blkref #0: rel \d+/\d+/(?P<node>\d+)")
+_FIRST_BLOCK = re.compile(r"blkref #0: rel \d+/(?P<db>\d+)/(?P<node>\d+)")
 _NO_TABLE = "-"
 
 
 @dataclass
 class WalTally:
     """WAL records and bytes by (table, rmgr, operation); a record of no table
-    (a commit) under `-`, one of another database's relation under its node."""
+    (a commit) under `-`, one of a relation not named under `db<oid>:<node>`."""
 
     records: collections.Counter[tuple[str, str, str]] = field(default_factory=collections.Counter)
     table_bytes: collections.Counter[str] = field(default_factory=collections.Counter)
@@ -49,8 +49,9 @@ class WalTally:
         return sum(self.records.values())
 
 
-def tally(dump: str, names: dict[int, str]) -> WalTally:
-    """Count `pg_waldump`'s records; `names` maps a relation's file node to its name."""
+def tally(dump: str, names: dict[tuple[int, int], str]) -> WalTally:
+    """Count `pg_waldump`'s records; `names` maps a relation's (database oid, 0
+    for a shared catalog; file node) to its name."""
     out = WalTally()
     for line in dump.split("\n"):
         match = _RECORD.match(line)
@@ -59,7 +60,11 @@ def tally(dump: str, names: dict[int, str]) -> WalTally:
         rmgr, op = match["rmgr"], match["op"].removesuffix("+INIT")
         size = int(match["bytes"])
         block = _FIRST_BLOCK.search(match["rest"])
-        table = _NO_TABLE if block is None else names.get(int(block["node"]), block["node"])
+        if block is None:
+            table = _NO_TABLE
+        else:
+            where = (int(block["db"]), int(block["node"]))
+            table = names.get(where, f"db{where[0]}:{where[1]}")
         out.records[(table, rmgr, op)] += 1
         out.table_bytes[table] += size
         out.bytes += size
@@ -80,15 +85,19 @@ class WalProbe:
     @classmethod
     def open(cls, db_url: str) -> WalProbe | str:
         """The probe, or why the WAL cannot be read here (a reason to print)."""
-        with psycopg.connect(db_url, autocommit=True) as conn:
-            row = conn.execute(
-                "SELECT current_setting('data_directory'),"
-                " current_setting('server_version_num')::int / 10000"
-            ).fetchone()
+        try:
+            with psycopg.connect(db_url, autocommit=True) as conn:
+                row = conn.execute(
+                    "SELECT current_setting('data_directory'),"
+                    " current_setting('server_version_num')::int / 10000"
+                ).fetchone()
+        except psycopg.Error as exc:  # (a role that may not read the data directory's path)
+            return f"cannot ask where the cluster's WAL is: {exc}".strip()
         assert row is not None
         wal_dir, major = Path(row[0]) / "pg_wal", int(row[1])
-        waldump = shutil.which("pg_waldump") or f"/usr/lib/postgresql/{major}/bin/pg_waldump"
-        if not Path(waldump).exists():
+        versioned = Path(f"/usr/lib/postgresql/{major}/bin/pg_waldump")  # (the server's own)
+        waldump = str(versioned) if versioned.exists() else shutil.which("pg_waldump") or ""
+        if not waldump:
             return f"no pg_waldump (PostgreSQL {major}'s client programs) on this machine"
         try:
             next(wal_dir.iterdir(), None)
@@ -119,13 +128,15 @@ class WalProbe:
             return f"pg_waldump failed: {done.stderr.strip()[:300]}"
         return tally(done.stdout, self._names())
 
-    def _names(self) -> dict[int, str]:
+    def _names(self) -> dict[tuple[int, int], str]:
         with psycopg.connect(self._db_url, autocommit=True) as conn:
             rows: list[Any] = conn.execute(
-                "SELECT pg_relation_filenode(oid), relname FROM pg_class"
+                "SELECT CASE WHEN relisshared THEN 0 ELSE"
+                " (SELECT oid FROM pg_database WHERE datname = current_database()) END,"
+                " pg_relation_filenode(oid), relname FROM pg_class"
                 " WHERE pg_relation_filenode(oid) IS NOT NULL"
             ).fetchall()
-        return {int(node): str(name) for node, name in rows}
+        return {(int(db), int(node)): str(name) for db, node, name in rows}
 
 
 def render(wal: WalTally | str | None, activities: int, top: int = 14) -> list[str]:

@@ -45,12 +45,12 @@ _DUMP = "\n".join(
 
 
 def test_records_are_counted_by_table_and_kind() -> None:
-    wal = tally(_DUMP, {18603: "orders", 18608: "orders_pkey"})
+    wal = tally(_DUMP, {(16386, 18603): "orders", (16386, 18608): "orders_pkey"})
     assert wal.records == {
         ("orders", "Heap", "INSERT"): 1,  # (+INIT: the record began a page)
         ("orders_pkey", "Btree", "INSERT_LEAF"): 1,
         ("orders", "Heap", "HOT_UPDATE"): 1,
-        ("99999", "Heap", "DELETE"): 1,  # a relation not in the names: its file node
+        ("db16386:99999", "Heap", "DELETE"): 1,  # a relation not named: where it is
         ("-", "Transaction", "COMMIT"): 1,  # no table
     }
     assert wal.total == 5

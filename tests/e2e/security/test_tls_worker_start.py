@@ -43,10 +43,14 @@ class Front:
         self._start(self._accept)
 
     def _start(self, target: Callable[..., None], *args: object) -> None:
+        """Run `target` in a thread close() joins; none once closing (its
+        sockets are ended already)."""
         thread = threading.Thread(target=target, args=args, daemon=True)
         with self._lock:
+            if self._closed:
+                return
             self._threads.append(thread)
-        thread.start()
+            thread.start()
 
     def _keep(self, sock: socket.socket) -> bool:
         """Track `sock` for close(); False (and `sock` closed) once closing."""
@@ -67,8 +71,8 @@ class Front:
                 self._start(self._close_after_handshake if self.closing else self._relay, conn)
 
     def _close_after_handshake(self, conn: socket.socket) -> None:
-        conn.settimeout(5)
         try:
+            conn.settimeout(5)  # (raises if close() ended it already)
             with self._tls.wrap_socket(conn, server_side=True):
                 pass
         except OSError:
