@@ -41,12 +41,15 @@ class WalTally:
 
     records: collections.Counter[tuple[str, str, str]] = field(default_factory=collections.Counter)
     table_bytes: collections.Counter[str] = field(default_factory=collections.Counter)
-    bytes: int = 0
     full_page_bytes: int = 0
 
     @property
     def total(self) -> int:
         return sum(self.records.values())
+
+    @property
+    def bytes(self) -> int:
+        return sum(self.table_bytes.values())
 
 
 def tally(dump: str, names: dict[tuple[int, int], str]) -> WalTally:
@@ -67,7 +70,6 @@ def tally(dump: str, names: dict[tuple[int, int], str]) -> WalTally:
             table = names.get(where, f"db{where[0]}:{where[1]}")
         out.records[(table, rmgr, op)] += 1
         out.table_bytes[table] += size
-        out.bytes += size
         if "FPW" in match["rest"] or op.startswith("FPI"):  # (a block's image in the record)
             out.full_page_bytes += size - int(match["rec"])
     return out
