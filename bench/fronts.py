@@ -71,7 +71,7 @@ def serve(mode: str, port: int) -> None:
     server.wait_for_termination()
 
 
-def _wait_for_port(port: int, timeout: float = 15.0) -> None:
+def wait_for_port(port: int, timeout: float = 15.0) -> None:
     deadline = time.monotonic() + timeout
     while True:
         try:
@@ -101,7 +101,7 @@ async def compare(
             server.start()
             try:
                 try:
-                    _wait_for_port(port)
+                    wait_for_port(port)
                 except OSError:
                     server.check_alive()  # (says why, when it died)
                     raise
