@@ -101,6 +101,8 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
 
     try:
         await batch(max(4, args.workflows // 5), "warm")
+        if not args.sqlite:  # (so that none of the warm-up's transactions count below)
+            await asyncio.sleep(STATS_PUBLISHED)
         target = {"server": node.server, "decider": node.decider, "runner": node.runner}
         spied = target[args.py_spy] if args.py_spy else None
         assert spied is not None or not args.py_spy  # (main refused --embed with another)
@@ -130,7 +132,8 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         if perf is not None:
             native_profile.stop(perf)
         census = await _census(counted, log_dir) if counted is not None else None
-        await asyncio.sleep(1.2)  # PostgreSQL publishes its counters about every second
+        if not args.sqlite:  # (the server's periodic work meanwhile counts too: a few)
+            await asyncio.sleep(STATS_PUBLISHED)
         xacts = _xacts(args, db_url) - xacts0
         node.check_alive()
         legs, _ = await sample_hand_offs(node.client, timed.workflow_ids)
@@ -174,6 +177,12 @@ async def _census(proc: Process, log_dir: Path) -> dict[str, Any]:
 
 def _cpu(proc: Process | None) -> float:
     return proc.cpu() if proc is not None else 0.0  # (--embed: counted in the server's)
+
+
+STATS_PUBLISHED = 10.5
+"""Seconds after which every backend has published its transaction counts to
+`pg_stat_database`: a busy one publishes them at most once a second, and what
+it holds when it goes idle 10 s later (PostgreSQL's PGSTAT_IDLE_INTERVAL)."""
 
 
 def _xacts(args: argparse.Namespace, db_url: str) -> float:
