@@ -21,12 +21,12 @@ from sdk import Decider, DecisionTask, activity
 
 TASK_LIST = "bench"
 
-_notify_socket = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
-
-
 def notify(address: str, key: str) -> None:
     host, _, port = address.rpartition(":")
-    _notify_socket.sendto(key.encode(), (host, int(port)))
+    # A socket per datagram (one per workflow): one kept for the process was
+    # never closed, and its interpreter said so at exit (a ResourceWarning).
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as sock:
+        sock.sendto(key.encode(), (host, int(port)))
 
 
 @activity(name="noop", task_list=TASK_LIST, start_to_close=timedelta(seconds=60))
