@@ -21,18 +21,16 @@ from __future__ import annotations
 
 import argparse
 import asyncio
-import socket
 import sys
 import tempfile
 import threading
-import time
 from concurrent import futures
 from pathlib import Path
 
 import grpc
 
 from bench import echo
-from bench.processes import free_port, python_module
+from bench.processes import free_port, python_module, wait_for_port
 
 MODES = ("aio", "threads", "threads+loop")
 _THREADS = 64  # more than the callers, so no call waits for a thread
@@ -69,18 +67,6 @@ def serve(mode: str, port: int) -> None:
     server.add_insecure_port(f"127.0.0.1:{port}")
     server.start()
     server.wait_for_termination()
-
-
-def wait_for_port(port: int, timeout: float = 15.0) -> None:
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
-                return
-        except OSError:
-            if time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
 
 
 async def compare(

@@ -32,16 +32,15 @@ import struct
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import grpc
 
 from bench import echo
-from bench.fronts import wait_for_port
-from bench.processes import free_port, python_module
+from bench.processes import free_port, python_module, wait_for_port
 
 MODES = ("grpc", "asyncio")
 _SERVICE, _NAME = "bench.Lane", "Exchange"
@@ -101,35 +100,35 @@ def serve(mode: str, port: int) -> None:
     asyncio.run(_serve_grpc(port) if mode == "grpc" else _serve_asyncio(port))
 
 
-class _Caller:
+class Caller(Protocol):
     """One stream to the server: `exchange` writes a message and reads its answer."""
 
-    async def exchange(self, message: echo.Message) -> echo.Message:
-        raise NotImplementedError
+    async def exchange(self, message: echo.Message) -> echo.Message: ...
 
-    async def close(self) -> None:
-        raise NotImplementedError
+    async def close(self) -> None: ...
 
 
-class _GrpcCaller(_Caller):
+class _GrpcCaller:
     def __init__(self, channel: grpc.aio.Channel) -> None:
         method = channel.stream_stream(
             f"/{_SERVICE}/{_NAME}",
             request_serializer=echo.Message.SerializeToString,
             response_deserializer=echo.Message.FromString,
         )
-        self._call: Any = method()
+        self._call = method()
 
     async def exchange(self, message: echo.Message) -> echo.Message:
         await self._call.write(message)
-        answer: echo.Message = await self._call.read()
+        answer = await self._call.read()
+        if not isinstance(answer, echo.Message):
+            raise AssertionError("grpc: the stream ended instead of answering")
         return answer
 
     async def close(self) -> None:
         await self._call.done_writing()
 
 
-class _AsyncioCaller(_Caller):
+class _AsyncioCaller:
     def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
         self._reader, self._writer = reader, writer
 
@@ -164,14 +163,19 @@ def _own_cpu() -> float:
 
 
 async def load(
-    mode: str, port: int, callers: int, seconds: float, server_cpu: Any, pace: float = 0.0
+    mode: str,
+    port: int,
+    callers: int,
+    seconds: float,
+    server_cpu: Callable[[], float],
+    pace: float = 0.0,
 ) -> Figures:
     """`callers` streams exchanging the echo's message for `seconds` (after a
     warm-up of a second at most), `pace` messages a second between them (0:
     flat out); `server_cpu()` reads the server's CPU seconds."""
     every = callers / pace if pace > 0 else 0.0
     channel = grpc.aio.insecure_channel(f"127.0.0.1:{port}") if mode == "grpc" else None
-    streams: list[_Caller] = []
+    streams: list[Caller] = []
     try:
         for _ in range(callers):
             if channel is not None:
@@ -182,10 +186,18 @@ async def load(
         for stream in streams:  # (each one open and answering before the window)
             await _loop(stream, sent, 0.0, at_least=1)
         warm_until = time.monotonic() + min(1.0, seconds)
-        await asyncio.gather(*(_loop(s, sent, warm_until, every=every) for s in streams))
+        await asyncio.gather(
+            *(
+                _loop(s, sent, warm_until, every=every, phase=i / callers)
+                for i, s in enumerate(streams)
+            )
+        )
         server0, caller0, start = server_cpu(), _own_cpu(), time.monotonic()
         counts = await asyncio.gather(
-            *(_loop(s, sent, start + seconds, every=every) for s in streams)
+            *(
+                _loop(s, sent, start + seconds, every=every, phase=i / callers)
+                for i, s in enumerate(streams)
+            )
         )
         elapsed = time.monotonic() - start
         figures = Figures(sum(counts), elapsed, server_cpu() - server0, _own_cpu() - caller0)
@@ -198,18 +210,35 @@ async def load(
     return figures
 
 
+ANSWER_WAIT = 10.0
+"""Seconds a caller waits for an answer before the load fails (a server that
+stops answering would otherwise hold the bench for ever)."""
+
+
 async def _loop(
-    stream: _Caller, sent: echo.Message, until: float, at_least: int = 0, every: float = 0.0
+    stream: Caller,
+    sent: echo.Message,
+    until: float,
+    at_least: int = 0,
+    every: float = 0.0,
+    phase: float = 0.0,
 ) -> int:
     """Exchange `sent` on `stream` until `until` (and `at_least` times), one
-    each `every` seconds at most (0: flat out): how many."""
+    each `every` seconds at most (0: flat out), starting `phase` of a period
+    late (so that paced callers take turns, as separate workers do, instead of
+    arriving together): how many."""
     done = 0
-    due = time.monotonic()
+    due = time.monotonic() + phase * every
     while done < at_least or time.monotonic() < until:
         if every:
-            due += every
             await asyncio.sleep(max(0.0, due - time.monotonic()))
-        if await stream.exchange(sent) != sent:
+            due += every
+        try:
+            async with asyncio.timeout(ANSWER_WAIT):
+                answer = await stream.exchange(sent)
+        except TimeoutError:
+            raise AssertionError(f"no answer within {ANSWER_WAIT} s") from None
+        if answer != sent:
             raise AssertionError("the answer is not the message sent")
         done += 1
     return done

@@ -155,6 +155,20 @@ def wait_http(
             time.sleep(0.1)
 
 
+def wait_for_port(port: int, timeout: float = 15.0) -> None:
+    """Return once something accepts connections on 127.0.0.1:PORT (a server
+    process just started); `OSError` after `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            with socket.create_connection(("127.0.0.1", port), timeout=1):
+                return
+        except OSError:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
+
+
 def free_ports(n: int) -> int:
     """The first of `n` consecutive free ports."""
     for _ in range(100):

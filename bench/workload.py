@@ -21,6 +21,7 @@ from sdk import Decider, DecisionTask, activity
 
 TASK_LIST = "bench"
 
+
 def notify(address: str, key: str) -> None:
     host, _, port = address.rpartition(":")
     # A socket per datagram (one per workflow): one kept for the process was

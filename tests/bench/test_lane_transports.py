@@ -4,13 +4,13 @@ transport fails here instead of printing a number)."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
 
 from bench import echo, lane_transports
-from bench.fronts import wait_for_port
-from bench.processes import free_port, python_module
+from bench.processes import free_port, python_module, wait_for_port
 
 
 async def test_each_transport_echoes_every_message_and_both_sides_cpu_is_counted(
@@ -24,7 +24,7 @@ async def test_each_transport_echoes_every_message_and_both_sides_cpu_is_counted
         assert figures.server_ms > 0 and figures.caller_ms > 0, (mode, figures)
 
 
-class _Mangling(lane_transports._Caller):
+class _Mangling:
     """A caller whose server answers with something else than it was sent."""
 
     async def exchange(self, message: echo.Message) -> echo.Message:
@@ -51,6 +51,24 @@ async def test_a_window_without_a_message_fails_instead_of_giving_a_figure(tmp_p
             await lane_transports.load("asyncio", port, 1, 0.0, server.cpu)
     finally:
         server.stop()
+
+
+async def test_a_server_that_stops_answering_fails_the_load(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    async def mute(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.read()  # (takes the call, answers nothing, until the caller goes)
+        writer.close()
+
+    server = await asyncio.start_server(mute, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    monkeypatch.setattr(lane_transports, "ANSWER_WAIT", 0.5)
+    try:
+        with pytest.raises(AssertionError, match=r"no answer within 0\.5 s"):
+            await lane_transports.load("asyncio", port, 1, 1.0, lambda: 0.0)
+    finally:
+        server.close()
+        await server.wait_closed()
 
 
 def test_an_unknown_transport_is_refused() -> None:
