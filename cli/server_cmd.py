@@ -93,6 +93,15 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     " returns; 0s: it does not wait)",
 )
 @click.option(
+    "--direct-lanes/--no-direct-lanes",
+    envvar="WEFT_DIRECT_LANES",
+    default=True,
+    show_default=True,
+    help="let workers on this machine send their task calls on bare loopback connections"
+    " instead of gRPC streams (offered only on a loopback --listen without TLS or --auth;"
+    " README 'Performance')",
+)
+@click.option(
     "--max-polls-per-client",
     envvar="WEFT_MAX_POLLS_PER_CLIENT",
     type=click.IntRange(min=1),
@@ -252,6 +261,7 @@ def server(
     metrics_listen: str,
     long_poll: timedelta,
     folded_poll: timedelta,
+    direct_lanes: bool,
     max_polls_per_client: int,
     purge_interval: timedelta,
     diagnose_interval: timedelta,
@@ -320,6 +330,7 @@ def server(
             "WEFT_METRICS_LISTEN": metrics_listen,
             "WEFT_LONG_POLL": f"{long_poll.total_seconds()}s",
             "WEFT_FOLDED_POLL": f"{folded_poll.total_seconds()}s",
+            "WEFT_DIRECT_LANES": "1" if direct_lanes else "0",
             "WEFT_MAX_POLLS_PER_CLIENT": str(max_polls_per_client),
             "WEFT_PURGE_INTERVAL": f"{purge_interval.total_seconds()}s",
             "WEFT_DIAGNOSE_INTERVAL": f"{diagnose_interval.total_seconds()}s",
@@ -350,6 +361,7 @@ def server(
         metrics_listen=metrics_listen,
         long_poll=long_poll.total_seconds(),
         folded_poll=folded_poll.total_seconds(),
+        direct_lanes=direct_lanes,
         max_polls_per_client=max_polls_per_client,
         purge_interval=purge_interval.total_seconds(),
         diagnose_interval=diagnose_interval.total_seconds(),

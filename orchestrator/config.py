@@ -73,6 +73,20 @@ class ServerConfig:
     worker_session_timeout: float = 10.0
     """A worker session's default timeout: its tasks time out as WORKER_LOST this
     long after its last heartbeat."""
+    direct_lanes: bool = True
+    """Offer direct lanes (`orchestrator.api.direct_lanes`) where they may be
+    offered (`direct_lanes_host`); False: workers use gRPC lanes only."""
+
+    def direct_lanes_host(self) -> str | None:
+        """Where direct lanes listen, if this node offers them: only a node whose
+        gRPC port is on loopback with neither TLS nor authentication, since a
+        direct lane has neither (on the listen address's loopback family)."""
+        if not self.direct_lanes or self.tls_cert or self.tls_client_ca or self.auth:
+            return None
+        if self.listen.startswith(("unix:", "unix-abstract:")) or not is_loopback(self.listen):
+            return None
+        host = self.listen.rpartition(":")[0].strip("[]")
+        return "::1" if host == "::1" else "127.0.0.1"
 
     def insecure_reason(self) -> str | None:
         """Why this server must not start: a non-loopback listener without TLS,

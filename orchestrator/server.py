@@ -17,6 +17,7 @@ from grpc_reflection.v1alpha import reflection
 
 from orchestrator.api import handlers, lanes
 from orchestrator.api.admin import AdminService
+from orchestrator.api.direct_lanes import DirectLanes
 from orchestrator.api.doctor import Doctor
 from orchestrator.api.guard import Guard
 from orchestrator.api.in_process import InProcessServices
@@ -73,6 +74,7 @@ class Server:
         self._node_lock: SqliteNodeLock | None = None
         self._service: WorkflowService | None = None
         self._lanes: lanes.Lanes | None = None
+        self._direct: DirectLanes | None = None
         self._admin: AdminService | None = None
         self._scanner: DeadlineScanner | None = None
         self._health = health.aio.HealthServicer()
@@ -245,6 +247,10 @@ class Server:
         handlers.register(server, self._service, services["WorkflowService"])
         self._lanes = lanes.Lanes(self._service, services["WorkflowService"])
         lanes.register(server, self._lanes)
+        direct_host = self.config.direct_lanes_host()
+        if direct_host is not None:
+            self._direct = DirectLanes(self._lanes, MAX_MESSAGE)
+            self._lanes.offer_direct(await self._direct.open(direct_host), self._direct.key)
         handlers.register(server, admin, admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = [SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]
@@ -497,9 +503,13 @@ class Server:
         self._wakeups.wake_all()
         if self._lanes is not None:
             self._lanes.close()
+        if self._direct is not None:
+            self._direct.close()
         await self._health.enter_graceful_shutdown()
-        if self._grpc is not None:
-            await self._grpc.stop(grace)
+        await asyncio.gather(
+            *([] if self._grpc is None else [self._grpc.stop(grace)]),
+            *([] if self._direct is None else [self._direct.wait_closed(grace)]),
+        )
         await self._end_loops()
         if self._store is not None:
             # What this node's polls started, so the reaper knows where to look.
@@ -515,6 +525,9 @@ class Server:
         """End the loops and close the store: the writer's callers are answered
         and its connections closed, not left to the event loop's final sweep."""
         try:
+            if self._direct is not None:  # (a start that failed after it opened)
+                self._direct.close()
+                await self._direct.wait_closed(0)
             await self._end_loops()
             if self._store is not None:
                 await self._store.close()

@@ -21,6 +21,7 @@ import grpc
 import structlog
 from google.protobuf.message import Message
 
+from sdk.addresses import is_loopback
 from sdk.api.weft.v1 import admin_pb2 as a
 from sdk.api.weft.v1 import admin_pb2_grpc as ag
 from sdk.api.weft.v1 import common_pb2 as c
@@ -171,6 +172,8 @@ class AsyncClient(
     async def close(self) -> None:
         if self._channel is not None:
             channel, self._channel = self._channel, None
+            if self._lanes is not None:
+                self._lanes.close()
             self._stub, self._admin, self._lanes = None, None, None
             await channel.close()
 
@@ -575,7 +578,11 @@ class AsyncClient(
             )
             self._stub = sg.WorkflowServiceStub(self._channel)
             self._admin = ag.AdminServiceStub(self._channel)
-            self._lanes = Lanes(self._channel, self._metadata)
+            # Direct lanes only to a node reached on loopback without TLS (a node
+            # offers them only then), and never through a unix socket.
+            direct = self.tls is None and is_loopback(self.address)
+            direct = direct and not self.address.startswith(("unix:", "unix-abstract:"))
+            self._lanes = Lanes(self._channel, self._metadata, MAX_MESSAGE_BYTES if direct else 0)
         return self._stub
 
     def _admin_service(self) -> Any:

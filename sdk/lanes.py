@@ -35,8 +35,10 @@ import grpc
 from google.protobuf import message_factory
 from google.protobuf.message import Message
 
+from sdk.addresses import is_loopback
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2
+from sdk.direct_lanes import DirectLaneEnded, DirectLanes, DirectUnavailable
 from sdk.errors import LANE_REFUSED_METADATA, rpc_error
 
 LANE_METHODS = frozenset(
@@ -52,6 +54,9 @@ LANE_METHODS = frozenset(
     }
 )
 """The WorkflowService methods a client sends on lanes: a worker's task calls."""
+DIRECT_LANE_METADATA = "weft-direct-lane"
+"""A lane's initial metadata, from a node that offers direct lanes
+(`sdk.direct_lanes`): their address and the key a connection opens with."""
 NODE_METADATA = "weft-node"
 """A lane's initial metadata: the name of the node (server process) that took it."""
 PORT_PROCESSES_METADATA = "weft-port-processes"
@@ -99,7 +104,9 @@ _WRITE_AFTER_END = "Internal error from Core"
 class Lanes:
     """The streams of one channel, reused call after call."""
 
-    def __init__(self, channel: grpc.aio.Channel, metadata: Metadata) -> None:
+    def __init__(
+        self, channel: grpc.aio.Channel, metadata: Metadata, direct_max_frame: int = 0
+    ) -> None:
         self._open = channel.stream_stream(
             _EXCHANGE,
             request_serializer=pb.LaneCall.SerializeToString,
@@ -109,6 +116,30 @@ class Lanes:
         self._idle: list[Stream] = []
         self.supported = True
         """False once the server said it has no `LaneService`."""
+        self._direct_max_frame = direct_max_frame
+        """Above 0 (a client on loopback without TLS): direct lanes may be used,
+        answers up to that many bytes."""
+        self.direct: DirectLanes | None = None
+        """The node's direct lanes, once a gRPC lane's opening named them."""
+
+    def close(self) -> None:
+        """Close the direct lanes (the channel's close ends the gRPC ones)."""
+        if self.direct is not None:
+            direct, self.direct = self.direct, None
+            direct.close()
+
+    def _note_direct(self, metadata: dict[str, Any]) -> None:
+        """Take the direct lanes a lane's opening names (with the node's name)."""
+        offer, node = metadata.get(DIRECT_LANE_METADATA), metadata.get(NODE_METADATA)
+        if self.direct is not None or not self._direct_max_frame:
+            return
+        if not isinstance(offer, str) or not isinstance(node, str):
+            return
+        address, _, key = offer.partition(" ")
+        port = address.rpartition(":")[2]
+        if not key or not port.isdecimal() or not is_loopback(address):
+            return  # (a node names only a loopback address: anything else is not used)
+        self.direct = DirectLanes(address, key, node, self._direct_max_frame)
 
     async def placement(self, timeout: float) -> Placement | None:
         """Which process of the port this channel reached, and how many serve
@@ -138,6 +169,7 @@ class Lanes:
             return None
         if opened:
             self._give_back(stream)
+        self._note_direct(metadata)
         node, processes = metadata.get(NODE_METADATA), metadata.get(PORT_PROCESSES_METADATA)
         if not isinstance(node, str) or not isinstance(processes, str):
             return None
@@ -150,6 +182,10 @@ class Lanes:
         answer or fail; `LanesUnsupported` if the server has no lanes, or
         refused this client one (nothing was taken: call it unary)."""
         message = pb.LaneCall(method=method, request=request.SerializeToString())
+        if self.direct is not None:
+            answer = await self._call_direct(self.direct, message, timeout)
+            if answer is not None:
+                return self._result(method, answer)
         stream, reused = self._take()
         try:
             async with asyncio.timeout(timeout):
@@ -179,10 +215,38 @@ class Lanes:
             raise LanesUnsupported("the server ended a new stream before taking its call")
         if not answer.last:
             self._give_back(stream)
+        if not reused and self.direct is None and self._direct_max_frame:
+            self._note_direct(dict(await stream.initial_metadata() or ()))
+        return self._result(method, answer)
+
+    @staticmethod
+    def _result(method: str, answer: pb.LaneAnswer) -> Any:
         if answer.code:
             code = _CODES.get(answer.code, grpc.StatusCode.UNKNOWN)
             raise rpc_error(code, answer.details, [(t.key, t.value) for t in answer.trailers])
         return _RESPONSES[method].FromString(answer.response)
+
+    async def _call_direct(
+        self, direct: DirectLanes, message: pb.LaneCall, timeout: float | None
+    ) -> pb.LaneAnswer | None:
+        """The answer on a direct lane; None if none took the call (it goes on
+        a gRPC lane then: one whose opening names the node's direct lanes again,
+        after a restart say, is used from then on)."""
+        try:
+            async with asyncio.timeout(timeout):
+                return await direct.exchange(message)
+        except DirectUnavailable as exc:
+            if exc.for_good and self.direct is direct:
+                self.direct = None
+                direct.close()
+            return None
+        except TimeoutError:
+            # (the connection was closed: the node cancels the call, as for a deadline)
+            raise rpc_error(grpc.StatusCode.DEADLINE_EXCEEDED, "Deadline Exceeded") from None
+        except DirectLaneEnded as exc:
+            if exc.by_client:
+                raise rpc_error(grpc.StatusCode.CANCELLED, "the client was closed") from exc
+            raise rpc_error(grpc.StatusCode.UNAVAILABLE, "the server ended the stream") from exc
 
     async def _send(
         self, stream: Stream, message: pb.LaneCall, reused: bool

@@ -27,6 +27,7 @@ from __future__ import annotations
 import asyncio
 import uuid
 from collections.abc import AsyncIterator
+from contextlib import AbstractContextManager
 from typing import Any
 
 import grpc
@@ -38,7 +39,7 @@ from orchestrator.engine.errors import EngineError, ResourceExhausted
 from orchestrator.metrics import Metrics
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.errors import LANE_REFUSED_METADATA
-from sdk.lanes import NODE_METADATA, PORT_PROCESSES_METADATA
+from sdk.lanes import DIRECT_LANE_METADATA, NODE_METADATA, PORT_PROCESSES_METADATA
 
 from .guard import Guard
 from .handlers import MalformedRequest, lenient, request_parser
@@ -63,11 +64,30 @@ class Lanes:
         self._waiting: set[asyncio.Task[Any]] = set()
         self._closing = False
         self.placement: tuple[tuple[str, str], ...] = ()
-        """The metadata each stream opens with: `place` sets it."""
+        """The metadata each stream opens with: `place` and `offer_direct` set it."""
+        self.node_name = ""
 
     def place(self, node: str, processes: int) -> None:
         """This node's name, and how many processes serve its port (`--workers N`)."""
-        self.placement = ((NODE_METADATA, node), (PORT_PROCESSES_METADATA, str(processes)))
+        self.node_name = node
+        self.placement = (
+            *(item for item in self.placement if item[0] == DIRECT_LANE_METADATA),
+            (NODE_METADATA, node),
+            (PORT_PROCESSES_METADATA, str(processes)),
+        )
+
+    def offer_direct(self, address: str, key: str) -> None:
+        """Name this node's direct lanes (`orchestrator.api.direct_lanes`) in
+        each stream's opening: where, and the key a client sends first."""
+        self.placement = (
+            *(item for item in self.placement if item[0] != DIRECT_LANE_METADATA),
+            (DIRECT_LANE_METADATA, f"{address} {key}"),
+        )
+
+    def share(self, client: str) -> AbstractContextManager[None]:
+        """One of `client`'s lanes held while the block runs (RESOURCE_EXHAUSTED
+        if it holds as many as it may): a direct lane counts as a gRPC one."""
+        return self._per_client.hold(client)
 
     @property
     def open(self) -> int:
@@ -112,7 +132,7 @@ class Lanes:
                 self._waiting.discard(task)
             if call is grpc.aio.EOF:
                 return
-            answer = await self._answer(call, caller)
+            answer = await self.answer(call, caller)
             answer.last = self._drained()
             await context.write(answer)
 
@@ -151,9 +171,11 @@ class Lanes:
         for task in list(self._waiting):
             task.cancel()
 
-    async def _answer(
+    async def answer(
         self, call: pb.LaneCall | MalformedRequest, caller: CallContext
     ) -> pb.LaneAnswer:
+        """The answer to one call on a lane (a refusal in it, as the unary
+        call's status would say)."""
         if isinstance(call, MalformedRequest):
             log.info("rpc.refused", rpc="Exchange", code="INVALID_ARGUMENT", reason=call.error)
             self._metrics.rpc("Exchange", "INVALID_ARGUMENT").observe(0)

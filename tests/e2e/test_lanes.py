@@ -30,6 +30,15 @@ from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import rpc_calls, unique, wait_until
 
 
+@pytest.fixture
+def server_config(db_url: str) -> ServerConfig:
+    """gRPC lanes only: direct lanes, which a loopback node offers and would carry
+    these calls, behave the same way (tests/e2e/test_direct_lanes.py)."""
+    return ServerConfig(
+        db_url=db_url, listen="127.0.0.1:0", long_poll=3.0, drain_grace=1.0, direct_lanes=False
+    )
+
+
 def poll(task_list: str) -> s.PollForDecisionTaskRequest:
     return s.PollForDecisionTaskRequest(task_list=task_list, identity="lane-test")
 
