@@ -249,8 +249,12 @@ class Server:
         lanes.register(server, self._lanes)
         direct_host = self.config.direct_lanes_host()
         if direct_host is not None:
-            self._direct = DirectLanes(self._lanes, MAX_MESSAGE)
-            self._lanes.offer_direct(await self._direct.open(direct_host), self._direct.key)
+            direct = DirectLanes(self._lanes, MAX_MESSAGE)
+            try:
+                self._lanes.offer_direct(await direct.open(direct_host), direct.key)
+                self._direct = direct
+            except OSError as exc:  # (no such loopback here, say: gRPC lanes do)
+                log.warning("direct_lanes.unavailable", host=direct_host, error=str(exc))
         handlers.register(server, admin, admin_pb2.DESCRIPTOR.services_by_name["AdminService"])
         health_pb2_grpc.add_HealthServicer_to_server(self._health, server)
         names = [SERVICE_NAME, ADMIN_SERVICE_NAME, health.SERVICE_NAME, reflection.SERVICE_NAME]

@@ -7,8 +7,14 @@ A gRPC lane's opening names the node's direct-lane address and key
 reached the node on loopback without TLS. Each connection opens with the key
 and must be answered with the node's name, the one the gRPC lane gave: so a
 port that is not that node's (a tunnel's other end, another service on this
-host) is never sent a call. Connections are kept for the next calls, as gRPC
-streams are (`MAX_IDLE`).
+host) is never sent a call; one answered with an empty greeting (a wrong key:
+another node now) is not tried again. Connections are kept for the next calls,
+as gRPC streams are (`MAX_IDLE`).
+
+A connection that ends before its call's answer does not say whether the node
+took the call: the call then fails as on a gRPC stream the server cut
+(UNAVAILABLE), and is sent again only where the node said that it took nothing
+there (`NOT_TAKEN`: it closed the connection at a drain).
 """
 
 from __future__ import annotations
@@ -22,6 +28,9 @@ FRAME_HEADER = struct.Struct(">I")
 """Each frame: its length in four bytes (big-endian), then that many bytes."""
 MAX_IDLE = 16
 """Idle connections kept for the next calls (each holds one of this host's lanes)."""
+ANSWER, NOT_TAKEN = b"\x01", b"\x00"
+"""A frame after the greeting: `ANSWER` then a `LaneAnswer`, or `NOT_TAKEN`
+alone (the node closed the connection and took no call on it)."""
 GREETING_WAIT = 5.0
 """Seconds a new connection waits for the node's name before it is given up."""
 
@@ -87,37 +96,46 @@ class DirectLanes:
         self._idle: list[_Link] = []
         self._busy: set[_Link] = set()
         self._closed = False
+        self._retired = False
 
     async def exchange(self, call: pb.LaneCall) -> pb.LaneAnswer:
         """The node's answer to `call`. `DirectUnavailable` if no connection took
-        it; `DirectLaneEnded` if one did and ended before answering. A caller
-        cancelled (its timeout) closes the connection: the node cancels the call."""
+        it; `DirectLaneEnded` if one may have, and ended before answering. A
+        caller cancelled (its timeout) closes the connection: the node cancels
+        the call."""
         body = call.SerializeToString()
-        link, reused = await self._take()
+        link = await self._take()
         try:
-            answer = await self._on(link, body)
-            if answer is None and reused:
-                # The idle connection had ended (the node drained, or went)
-                # before it took this call: the call goes on a new one.
-                link.close()
-                self._busy.discard(link)
+            frame = await self._on(link, body)
+            if frame == NOT_TAKEN:
+                # The node closed this idle connection (a drain) and said it took
+                # nothing on it: the call goes on a new one, or a gRPC lane.
+                self._let_go(link)
                 link = await self._open()
-                answer = await self._on(link, body)
+                frame = await self._on(link, body)
         except BaseException:
-            link.close()
-            self._busy.discard(link)
+            self._let_go(link)
             raise
         self._busy.discard(link)
-        if answer is None:
+        if frame is None or frame[:1] != ANSWER:  # (ended; or not taken on a new one)
             link.close()
             if self._closed:
                 raise DirectLaneEnded("the client was closed", by_client=True)
             raise DirectLaneEnded("the server ended the direct lane")
-        if answer.last or len(self._idle) >= MAX_IDLE:
+        answer = pb.LaneAnswer.FromString(frame[1:])
+        if answer.last or self._closed or self._retired or len(self._idle) >= MAX_IDLE:
             link.close()
         else:
             self._idle.append(link)
         return answer
+
+    def retire(self) -> None:
+        """Stop using these lanes (their address failed): close the idle
+        connections; the busy ones close after their answers."""
+        self._retired = True
+        for link in self._idle:
+            link.close()
+        self._idle.clear()
 
     def close(self) -> None:
         """Close every connection; a call on one ends (`DirectLaneEnded`)."""
@@ -127,42 +145,49 @@ class DirectLanes:
         self._idle.clear()
         self._busy.clear()
 
-    async def _on(self, link: _Link, body: bytes) -> pb.LaneAnswer | None:
-        self._busy.add(link)
-        link.send(body)
-        frame = await link.receive()
-        return None if frame is None else pb.LaneAnswer.FromString(frame)
+    def _let_go(self, link: _Link) -> None:
+        link.close()
+        self._busy.discard(link)
 
-    async def _take(self) -> tuple[_Link, bool]:
-        if self._closed:
-            raise DirectLaneEnded("the client was closed", by_client=True)
+    async def _on(self, link: _Link, body: bytes) -> bytes | None:
+        link.send(body)
+        return await link.receive()
+
+    async def _take(self) -> _Link:
         while self._idle:
             link = self._idle.pop()
             if not link.closed():
-                return link, True
+                self._busy.add(link)
+                return link
             link.close()
-        return await self._open(), False
+        return await self._open()
 
     async def _open(self) -> _Link:
+        if self._closed:
+            raise DirectLaneEnded("the client was closed", by_client=True)
         try:
             reader, writer = await asyncio.open_connection(self._host, self._port)
         except OSError as exc:
             raise DirectUnavailable(f"cannot connect: {exc}", for_good=True) from exc
         link = _Link(reader, writer, self._max_frame)
+        self._busy.add(link)  # (a close meanwhile closes it too)
         try:
             link.send(self._key)
             async with asyncio.timeout(GREETING_WAIT):
                 greeting = await link.receive()
         except TimeoutError:
-            link.close()
+            self._let_go(link)
             raise DirectUnavailable("no greeting from the address", for_good=True) from None
         except BaseException:
-            link.close()
+            self._let_go(link)
             raise
         if greeting is None:  # closed at once: refused for this host's share, or draining
-            link.close()
+            self._let_go(link)
             raise DirectUnavailable("the server closed the new direct lane", for_good=False)
-        if greeting != self._node:
-            link.close()
+        if greeting != self._node:  # (empty: a wrong key; else another node or service)
+            self._let_go(link)
             raise DirectUnavailable("another node answered the direct lane", for_good=True)
+        if link not in self._busy:  # (the client was closed meanwhile: `close` took it)
+            link.close()
+            raise DirectLaneEnded("the client was closed", by_client=True)
         return link

@@ -238,7 +238,7 @@ class Lanes:
         except DirectUnavailable as exc:
             if exc.for_good and self.direct is direct:
                 self.direct = None
-                direct.close()
+                direct.retire()  # (the calls on its other connections go on)
             return None
         except TimeoutError:
             # (the connection was closed: the node cancels the call, as for a deadline)

@@ -28,7 +28,17 @@ What a gRPC stream does for a lane, a direct lane does too:
 - at a drain, a connection waiting for its next call is closed, and one
   answering a call closes after its answer (marked `last`);
 - a frame longer than the node's largest message, a second call before the
-  answer, or a wrong key ends the connection (logged), and nothing else.
+  answer, or a wrong key ends the connection (logged), and nothing else; a
+  connection that has not sent the key within `GREETING_WAIT` seconds is
+  closed, and only one that has holds a share;
+- an answer the client does not read stops the reading of its next calls (as
+  gRPC's flow control would), instead of piling up here.
+
+EOF on a direct lane does not say whether the call was taken, as a gRPC status
+does. So a node that closes a connection without a call in flight (a drain)
+first says so (`NOT_TAKEN`): only then does the client
+send the call again elsewhere (`sdk.direct_lanes`). A wrong key is answered by
+an empty greeting, so the client stops trying that address.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ import secrets
 import struct
 import uuid
 
+import grpc
 import structlog
 
 from orchestrator.dispatch.polls import client_of
@@ -54,6 +65,13 @@ log = structlog.get_logger("weft.api")
 
 FRAME_HEADER = struct.Struct(">I")
 """Each frame: its length in four bytes (big-endian), then that many bytes."""
+ANSWER = b"\x01"
+"""The first byte of a frame that carries a `LaneAnswer` (an empty answer
+encodes to nothing: the byte tells it from `NOT_TAKEN`)."""
+NOT_TAKEN = b"\x00"
+"""A frame of this byte alone: the node closes the connection and took no call on it."""
+GREETING_WAIT = 5.0
+"""Seconds a new connection has to send the key before it is closed."""
 _parse_call = lenient(pb.LaneCall)
 
 
@@ -82,8 +100,13 @@ class DirectLanes:
 
     @property
     def open_connections(self) -> int:
-        """Connections open now (each holds one of its client host's lanes)."""
-        return len(self._connections)
+        """Connections open now that sent the key (each holds one of its client
+        host's lanes)."""
+        return sum(1 for c in self._connections if c.greeted)
+
+    @property
+    def closing(self) -> bool:
+        return self._closing
 
     def close(self) -> None:
         """The node drains: take no more connections; close those waiting for a
@@ -96,19 +119,24 @@ class DirectLanes:
 
     async def wait_closed(self, grace: float) -> None:
         """Wait up to `grace` seconds for the calls in flight to be answered,
-        then cut what is left (its calls cancelled, as gRPC's stop does)."""
+        then cut what is left, and wait until its calls have ended (cancelled,
+        as gRPC's stop cancels them): nothing of theirs runs after this."""
         loop = asyncio.get_running_loop()
         deadline = loop.time() + grace
         while self._connections and loop.time() < deadline:
-            await asyncio.sleep(0.05)
+            await asyncio.sleep(0.02)
+        calls = [c.call for c in self._connections if c.call is not None]
         for connection in list(self._connections):
             connection.cut()
-        if self._server is not None:
-            await self._server.wait_closed()
+        for call in calls:
+            call.cancel()
+        await asyncio.gather(*calls, return_exceptions=True)
+        while self._connections:  # (each goes at its connection_lost, a turn of the loop)
+            await asyncio.sleep(0)
 
-    @property
-    def closing(self) -> bool:
-        return self._closing
+    def refused(self, code: str, reason: str) -> None:
+        log.info("rpc.refused", rpc="DirectLane", code=code, reason=reason)
+        self._lanes.count("DirectLane", code)
 
     def _added(self, connection: _Connection) -> None:
         self._connections.add(connection)
@@ -118,40 +146,41 @@ class DirectLanes:
 
 
 class _Connection(asyncio.Protocol):
-    """One direct lane: frames in, one call at a time, its answer out."""
+    """One direct lane: the key, then frames in, one call at a time, its answer out."""
 
     def __init__(self, owner: DirectLanes) -> None:
         self._owner = owner
         self._lanes = owner._lanes
         self._transport: asyncio.Transport | None = None
         self._buffer = bytearray()
-        self._greeted = False
-        self._call: asyncio.Task[None] | None = None
+        self.greeted = False
+        self.call: asyncio.Task[None] | None = None
         self._caller = CallContext(())
-        self._share = contextlib.ExitStack()  # (the client host's share, while open)
+        self._client = ""
+        self._share = contextlib.ExitStack()  # (the client host's share, once greeted)
         self._ending = False
+        self._greeting_timer: asyncio.TimerHandle | None = None
 
     # -- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
         assert isinstance(transport, asyncio.Transport)
         self._transport = transport
+        self._owner._added(self)
+        if self._owner.closing:
+            self._close()
+            return
         peer = transport.get_extra_info("peername")
         host, port = (peer[0], peer[1]) if isinstance(peer, tuple) else ("?", 0)
+        # gRPC's own form of a peer ("ipv6:%5B::1%5D:…"), so that a host's direct
+        # and gRPC lanes count as one client's (`client_of`).
         self._caller = CallContext(
-            (), None, f"ipv6:[{host}]:{port}" if ":" in host else f"ipv4:{host}:{port}"
+            (), None, f"ipv6:%5B{host}%5D:{port}" if ":" in host else f"ipv4:{host}:{port}"
         )
-        client = client_of(self._caller.peer())
-        if self._owner.closing:
-            transport.close()
-            return
-        try:
-            self._share.enter_context(self._lanes.share(client))
-        except EngineError as exc:
-            log.info("rpc.refused", rpc="DirectLane", code=exc.code_name, reason=str(exc))
-            transport.close()  # (the client sends on gRPC lanes instead)
-            return
-        self._owner._added(self)
+        self._client = client_of(self._caller.peer())
+        self._greeting_timer = asyncio.get_running_loop().call_later(
+            GREETING_WAIT, self._no_greeting
+        )
 
     def data_received(self, data: bytes) -> None:
         self._buffer += data
@@ -159,29 +188,47 @@ class _Connection(asyncio.Protocol):
             frame = self._next_frame()
             if frame is None:
                 return
-            if not self._greeted:
+            if not self.greeted:
                 self._greet(frame)
-            elif self._call is not None:
+            elif self.call is not None:
                 self._end("a second call before the answer to the first")
             else:
-                self._call = asyncio.get_running_loop().create_task(self._answer(frame))
+                self.call = asyncio.get_running_loop().create_task(self._answer(frame))
+
+    def eof_received(self) -> bool:
+        return False  # (the client is gone: close; `connection_lost` cancels its call)
+
+    def pause_writing(self) -> None:
+        # A client that does not read its answers: read none of its calls until it does.
+        if self._transport is not None:
+            self._transport.pause_reading()
+
+    def resume_writing(self) -> None:
+        if self._transport is not None and not self._transport.is_closing():
+            self._transport.resume_reading()
 
     def connection_lost(self, exc: Exception | None) -> None:
         self._ending = True
-        if self._call is not None:
-            self._call.cancel()  # (as a cancelled gRPC stream cancels its call)
+        if self._greeting_timer is not None:
+            self._greeting_timer.cancel()
+        if self.call is not None:
+            self.call.cancel()  # (as a cancelled gRPC stream cancels its call)
         self._share.close()
         self._owner._removed(self)
 
     # -- the node's side ------------------------------------------------------------
 
     def drain(self) -> None:
-        """Close now if waiting for a call; after the answer otherwise."""
-        if self._call is None:
+        """Close now if no call is in flight (saying "nothing taken" first, so
+        that a call the client sent meanwhile goes elsewhere); after the
+        answer otherwise."""
+        if self.call is None:
+            self._send(NOT_TAKEN)
             self._close()
 
     def cut(self) -> None:
-        """Close now, the call in flight cancelled."""
+        """Close now (its call is cancelled at `connection_lost`)."""
+        self._ending = True
         if self._transport is not None:
             self._transport.abort()
 
@@ -191,8 +238,9 @@ class _Connection(asyncio.Protocol):
         if len(self._buffer) < FRAME_HEADER.size:
             return None
         (size,) = FRAME_HEADER.unpack_from(self._buffer)
-        if size > self._owner._max_frame:
-            self._end(f"a frame of {size} bytes (at most {self._owner._max_frame})")
+        largest = self._owner._max_frame if self.greeted else len(self._owner.key)
+        if size > largest:
+            self._end(f"a frame of {size} bytes (at most {largest} here)")
             return None
         end = FRAME_HEADER.size + size
         if len(self._buffer) < end:
@@ -202,11 +250,26 @@ class _Connection(asyncio.Protocol):
         return frame
 
     def _greet(self, frame: bytes) -> None:
+        if self._greeting_timer is not None:
+            self._greeting_timer.cancel()
         if not hmac.compare_digest(frame, self._owner.key.encode()):
-            self._end("a wrong key")
+            self._owner.refused("INVALID_ARGUMENT", "a wrong key")
+            self._send(b"")  # (an empty greeting: the client stops trying this address)
+            self._close()
             return
-        self._greeted = True
+        try:
+            self._share.enter_context(self._lanes.share(self._client))
+        except EngineError as exc:
+            self._owner.refused(exc.code_name, str(exc))
+            self._close()  # (no greeting: the client sends this call on a gRPC lane)
+            return
+        self.greeted = True
         self._send(self._lanes.node_name.encode())
+
+    def _no_greeting(self) -> None:
+        if not self.greeted and not self._ending:
+            self._owner.refused("INVALID_ARGUMENT", f"no key within {GREETING_WAIT:g} s")
+            self.cut()
 
     async def _answer(self, frame: bytes) -> None:
         try:
@@ -214,16 +277,20 @@ class _Connection(asyncio.Protocol):
             assert isinstance(call, (pb.LaneCall, MalformedRequest))
             answer = await self._lanes.answer(call, self._caller)
         except asyncio.CancelledError:
+            self.call = None
             raise  # (the connection went: nothing to answer)
         except Exception:
             ref = uuid.uuid4().hex[:12]
             log.exception("rpc.crashed", rpc="DirectLane", ref=ref)
-            self._close()
-            return
-        finally:
-            self._call = None
-        answer.last = self._owner.closing
-        self._send(answer.SerializeToString())
+            self._lanes.count("DirectLane", "INTERNAL")
+            answer = pb.LaneAnswer(
+                code=grpc.StatusCode.INTERNAL.value[0],
+                details=f"internal error (server log reference {ref})",
+                last=True,
+            )
+        self.call = None
+        answer.last = answer.last or self._owner.closing
+        self._send(ANSWER + answer.SerializeToString())
         if answer.last:
             self._close()
 
@@ -233,8 +300,7 @@ class _Connection(asyncio.Protocol):
 
     def _end(self, why: str) -> None:
         """A client that broke the protocol: log it, close, cancel its call."""
-        log.info("rpc.refused", rpc="DirectLane", code="INVALID_ARGUMENT", reason=why)
-        self._ending = True
+        self._owner.refused("INVALID_ARGUMENT", why)
         self.cut()
 
     def _close(self) -> None:

@@ -84,6 +84,10 @@ class Lanes:
             (DIRECT_LANE_METADATA, f"{address} {key}"),
         )
 
+    def count(self, rpc: str, code: str) -> None:
+        """Count a call of `rpc` that ended with `code` (one refused before any handler)."""
+        self._metrics.rpc(rpc, code).observe(0)
+
     def share(self, client: str) -> AbstractContextManager[None]:
         """One of `client`'s lanes held while the block runs (RESOURCE_EXHAUSTED
         if it holds as many as it may): a direct lane counts as a gRPC one."""

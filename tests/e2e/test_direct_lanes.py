@@ -9,19 +9,22 @@ authentication offers them. A real node on both databases."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import struct
 import time
+from collections.abc import AsyncIterator, Callable
 from dataclasses import replace
 
 import grpc
 import pytest
 
+from orchestrator.api import direct_lanes
 from orchestrator.config import ServerConfig
 from orchestrator.server import Server
 from sdk import AsyncClient
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2 as s
-from sdk.direct_lanes import DirectLanes
+from sdk.direct_lanes import DirectLaneEnded, DirectLanes
 from sdk.errors import InvalidArgumentError
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.helpers import rpc_calls, unique, wait_until
@@ -51,10 +54,10 @@ async def none_open(server: Server) -> bool:
     return direct_open(server) == 0
 
 
-async def on_direct_lanes(server: Server) -> AsyncClient:
+async def on_direct_lanes(server: Server, host: str = "127.0.0.1") -> AsyncClient:
     """A client that has seen the node's direct lanes (a worker sees them as it
     places its connections)."""
-    client = AsyncClient(f"127.0.0.1:{server.port}")
+    client = AsyncClient(f"{host}:{server.port}")
     await client.placement()
     assert client._lanes is not None and client._lanes.direct is not None
     return client
@@ -89,8 +92,13 @@ async def test_a_direct_poll_past_its_deadline_takes_no_task_with_it(server: Ser
     async with client:
         assert client._lanes is not None
         # Shorter than the node's long poll (3 s): the caller's deadline ends it.
+        expiring = asyncio.create_task(
+            client._lanes.call("PollForDecisionTask", poll(task_list), 0.5)
+        )
+        await parked(server, "decision", task_list)
+        assert direct_open(server) == 1  # (the poll waits on a direct lane)
         with pytest.raises(grpc.aio.AioRpcError) as caught:
-            await client._lanes.call("PollForDecisionTask", poll(task_list), 0.3)
+            await expiring
         assert caught.value.code() == grpc.StatusCode.DEADLINE_EXCEEDED
         await wait_until(lambda: none_open(server), timeout=10)  # (cut in the server)
         assert rpc_calls(server, "PollForDecisionTask", "CANCELLED") == 1
@@ -105,6 +113,7 @@ async def test_a_cancelled_direct_call_is_cancelled_in_the_server(server: Server
     async with client:
         waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
         await parked(server, "decision", task_list)
+        assert direct_open(server) == 1  # (the poll waits on a direct lane)
         waiting.cancel()
         with pytest.raises(asyncio.CancelledError):
             await waiting
@@ -148,17 +157,18 @@ async def test_a_drain_closes_direct_lanes_without_waiting_and_a_new_node_takes_
             await again.stop(grace=0.5)
 
 
+@pytest.mark.parametrize("host", ["127.0.0.1", "[::1]"])
 async def test_a_client_host_holds_no_more_direct_lanes_than_polls(
-    server_config: ServerConfig,
+    server_config: ServerConfig, host: str
 ) -> None:
     """With --max-polls-per-client 2, the placement's gRPC lane and one direct
-    lane are the host's two: a second direct lane is closed at once, and its
-    call goes on, on a gRPC lane or unary."""
-    node = Server(replace(server_config, max_polls_per_client=2))
+    lane are the host's two (on IPv6 too: the same client): a second direct
+    lane is closed at once, and its call goes on, on a gRPC lane or unary."""
+    node = Server(replace(server_config, max_polls_per_client=2, listen=f"{host}:0"))
     await node.start()
     task_list = unique("tl")
     try:
-        client = await on_direct_lanes(node)
+        client = await on_direct_lanes(node, host)
         async with client:
             waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
             await parked(node, "decision", task_list)
@@ -199,9 +209,14 @@ async def test_a_connection_that_breaks_the_protocol_is_closed_and_nothing_else(
 ) -> None:
     assert server._direct is not None
     address, key = server._direct.address, server._direct.key.encode()
-    # A wrong key: closed before any call.
+    # A wrong key: an empty greeting, and closed before any call.
     reader, writer = await frames(address)
     writer.write(frame(b"0" * len(key)) + frame(pb.LaneCall(method="x").SerializeToString()))
+    assert await read_frame(reader) == b""
+    assert await closed(reader, writer)
+    # A greeting longer than any key: closed.
+    reader, writer = await frames(address)
+    writer.write(FRAME.pack(1 << 20))
     assert await closed(reader, writer)
     # A frame longer than any message: closed.
     reader, writer = await frames(address)
@@ -229,7 +244,9 @@ async def test_a_connection_that_breaks_the_protocol_is_closed_and_nothing_else(
     ]
     for message, code, words in sent:
         writer.write(frame(message))
-        answer = pb.LaneAnswer.FromString(await read_frame(reader))
+        framed = await read_frame(reader)
+        assert framed[:1] == b"\x01"
+        answer = pb.LaneAnswer.FromString(framed[1:])
         assert (answer.code, answer.response) == (code.value[0], b"")
         assert words in answer.details
     call = pb.LaneCall(method="PollForDecisionTask", request=poll(task_list).SerializeToString())
@@ -307,3 +324,93 @@ async def test_a_node_with_auth_offers_no_direct_lanes(server_config: ServerConf
         assert all(key != "weft-direct-lane" for key, _ in node._lanes.placement)
     finally:
         await node.stop(grace=0.5)
+
+
+async def test_a_direct_lane_given_up_lets_the_calls_on_the_others_finish(server: Server) -> None:
+    """A new connection that fails (here: the node's listener is gone) retires
+    the client's direct lanes, but a poll waiting on one goes on and takes its task."""
+    task_list = unique("tl")
+    client = await on_direct_lanes(server)
+    async with client:
+        waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
+        await parked(server, "decision", task_list)
+        assert server._direct is not None and server._direct._server is not None
+        server._direct._server.close()  # (no new connection from here on)
+        with pytest.raises(InvalidArgumentError):  # (on a gRPC lane)
+            await client.rpc("RecordActivityHeartbeat", heartbeat())
+        assert direct_of(client) is None and direct_open(server) == 1
+        run = await client.start_workflow("t", None, task_list=task_list)
+        task = await waiting
+        assert task.workflow_execution.run_id == run.run_id
+
+
+async def test_a_connection_that_never_sends_the_key_is_closed_and_holds_no_share(
+    server: Server, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setattr(direct_lanes, "GREETING_WAIT", 0.3)
+    assert server._direct is not None
+    reader, writer = await frames(server._direct.address)
+    await asyncio.sleep(0.1)  # (the node has taken the connection: no share for it)
+    assert server._lanes is not None and server._lanes.open == 0
+    assert await closed(reader, writer)
+
+
+class FakeNode:
+    """A direct-lane port that greets as node "n" and then answers each call
+    with `reply(connection number)`: bytes to send, or None to close unanswered."""
+
+    def __init__(self, reply: Callable[[int], bytes | None]) -> None:
+        self.reply, self.calls, self._count = reply, 0, 0
+
+    async def serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        self._count += 1
+        number = self._count
+        try:
+            await read_frame(reader)  # (the key)
+            writer.write(frame(b"n"))
+            await read_frame(reader)
+            self.calls += 1
+            sent = self.reply(number)
+            if sent is not None:
+                writer.write(frame(sent))
+                await writer.drain()
+                await reader.read()
+        except asyncio.IncompleteReadError:
+            pass
+        finally:
+            writer.close()
+
+
+@contextlib.asynccontextmanager
+async def fake_node(reply: Callable[[int], bytes | None]) -> AsyncIterator[tuple[FakeNode, int]]:
+    node = FakeNode(reply)
+    listener = await asyncio.start_server(node.serve, "127.0.0.1", 0)
+    try:
+        yield node, listener.sockets[0].getsockname()[1]
+    finally:
+        listener.close()
+        await listener.wait_closed()
+
+
+async def test_a_call_the_node_may_have_taken_is_not_sent_again() -> None:
+    """A connection that ends after taking a call, unanswered, fails the call
+    as a cut gRPC stream does: it is not sent again (it may have run)."""
+    async with fake_node(lambda number: None) as (node, port):
+        lanes = DirectLanes(f"127.0.0.1:{port}", "k", "n", 1 << 20)
+        with pytest.raises(DirectLaneEnded):
+            await lanes.exchange(pb.LaneCall(method="PollForDecisionTask"))
+        assert node.calls == 1
+        lanes.close()
+
+
+async def test_a_call_the_node_says_it_did_not_take_goes_on_a_new_connection() -> None:
+    answered = pb.LaneAnswer(response=b"ok")
+
+    def reply(number: int) -> bytes:  # (the first connection: closed at a drain)
+        return b"\x00" if number == 1 else b"\x01" + answered.SerializeToString()
+
+    async with fake_node(reply) as (node, port):
+        lanes = DirectLanes(f"127.0.0.1:{port}", "k", "n", 1 << 20)
+        assert await lanes.exchange(pb.LaneCall(method="PollForDecisionTask")) == answered
+        assert node.calls == 2
+        lanes.close()
