@@ -99,7 +99,7 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     show_default=True,
     help="let workers on this machine send their task calls on bare loopback connections"
     " instead of gRPC streams (offered only on a loopback --listen without TLS or --auth;"
-    " README 'Performance')",
+    " README 'Direct lanes')",
 )
 @click.option(
     "--max-polls-per-client",

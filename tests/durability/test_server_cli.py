@@ -174,6 +174,8 @@ def test_every_setting_reaches_the_processes_of_workers(
     tls += ["--tls-client-ca", ca]
     passed = _worker_settings(monkeypatch, *tls, "--insecure", "--auth", "--folded-poll", "3s")
     assert passed["WEFT_FOLDED_POLL"] == "3.0s"
+    assert passed["WEFT_DIRECT_LANES"] == "1"
+    assert _worker_settings(monkeypatch, "--no-direct-lanes")["WEFT_DIRECT_LANES"] == "0"
     steps = str(REPO / "examples" / "steps")
     embedding = ("--embed", "examples.order", "--embed-definitions", steps)
     passed |= _worker_settings(monkeypatch, *embedding, "--embed-concurrency", "4")
