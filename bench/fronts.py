@@ -30,7 +30,7 @@ from pathlib import Path
 import grpc
 
 from bench import echo
-from bench.processes import free_port, python_module, wait_for_port
+from bench.processes import free_port, module_serving
 
 MODES = ("aio", "threads", "threads+loop")
 _THREADS = 64  # more than the callers, so no call waits for a thread
@@ -81,23 +81,13 @@ async def compare(
     for _ in range(rounds):
         for mode in modes:
             port = free_port()
-            server = python_module(
-                f"front-{mode}", "bench.fronts", ["serve", mode, str(port)], log_dir
-            )
-            server.start()
-            try:
-                try:
-                    wait_for_port(port)
-                except OSError:
-                    server.check_alive()  # (says why, when it died)
-                    raise
+            args = ["serve", mode, str(port)]
+            with module_serving(f"front-{mode}", "bench.fronts", args, port, log_dir) as server:
                 for n in callers:
                     result = await echo.load(
                         f"127.0.0.1:{port}", n, seconds, min(1.0, seconds), server.cpu
                     )
                     out[mode][n].append(result.server_cpu_per_call_ms)
-            finally:
-                server.stop()
     return out
 
 

@@ -40,7 +40,7 @@ from typing import Any, Protocol
 import grpc
 
 from bench import echo
-from bench.processes import free_port, python_module, wait_for_port
+from bench.processes import free_port, module_serving
 
 MODES = ("grpc", "asyncio")
 _SERVICE, _NAME = "bench.Lane", "Exchange"
@@ -252,20 +252,12 @@ async def compare(
     for _ in range(rounds):
         for mode in MODES:
             port = free_port()
-            server = python_module(
-                f"lane-{mode}", "bench.lane_transports", ["serve", mode, str(port)], log_dir
-            )
-            server.start()
-            try:
-                try:
-                    wait_for_port(port)
-                except OSError:
-                    server.check_alive()  # (says why, when it died)
-                    raise
+            args = ["serve", mode, str(port)]
+            with module_serving(
+                f"lane-{mode}", "bench.lane_transports", args, port, log_dir
+            ) as server:
                 for n in callers:
                     out[mode][n].append(await load(mode, port, n, seconds, server.cpu, pace))
-            finally:
-                server.stop()
     return out
 
 

@@ -12,6 +12,7 @@ handling: the bench, the chaos run and the tests' `ServerProcess`,
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import os
 import random
 import signal
@@ -22,7 +23,7 @@ import sys
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -355,3 +356,22 @@ def weft_worker(
 def python_module(name: str, module: str, args: list[str], log_dir: Path) -> Process:
     """`python -m MODULE ARGS…` with the bench's own interpreter."""
     return Process(name, [PYTHON, "-m", module, *args], log_dir)
+
+
+@contextlib.contextmanager
+def module_serving(
+    name: str, module: str, args: list[str], port: int, log_dir: Path
+) -> Iterator[Process]:
+    """`python_module` listening on 127.0.0.1:PORT for the block, stopped after
+    it (if it died before it listened, `check_alive` says why)."""
+    server = python_module(name, module, args, log_dir)
+    server.start()
+    try:
+        try:
+            wait_for_port(port)
+        except OSError:
+            server.check_alive()
+            raise
+        yield server
+    finally:
+        server.stop()
