@@ -27,6 +27,7 @@ from sdk.api.weft.v1 import service_pb2 as s
 from sdk.direct_lanes import DirectLaneEnded, DirectLanes
 from sdk.errors import InvalidArgumentError
 from tests.e2e.security.auth_matrix_setup import parked
+from tests.e2e.test_lanes import BAD_LANE_CALLS
 from tests.helpers import rpc_calls, unique, wait_until
 
 FRAME = struct.Struct(">I")
@@ -229,20 +230,7 @@ async def test_a_connection_that_breaks_the_protocol_is_closed_and_nothing_else(
     reader, writer = await frames(address)
     writer.write(frame(key))
     await read_frame(reader)
-    sent = [
-        (b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "not a valid LaneCall"),
-        (
-            pb.LaneCall(method="NoSuchMethod").SerializeToString(),
-            grpc.StatusCode.UNIMPLEMENTED,
-            "no method 'NoSuchMethod'",
-        ),
-        (
-            pb.LaneCall(method="PollForDecisionTask", request=b"\xff\xff").SerializeToString(),
-            grpc.StatusCode.INVALID_ARGUMENT,
-            "not a valid PollForDecisionTaskRequest",
-        ),
-    ]
-    for message, code, words in sent:
+    for message, code, words in BAD_LANE_CALLS:
         writer.write(frame(message))
         framed = await read_frame(reader)
         assert framed[:1] == b"\x01"

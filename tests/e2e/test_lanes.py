@@ -39,6 +39,23 @@ def server_config(db_url: str) -> ServerConfig:
     )
 
 
+BAD_LANE_CALLS: list[tuple[bytes, grpc.StatusCode, str]] = [
+    (b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "not a valid LaneCall"),
+    (
+        pb.LaneCall(method="NoSuchMethod").SerializeToString(),
+        grpc.StatusCode.UNIMPLEMENTED,
+        "no method 'NoSuchMethod'",
+    ),
+    (
+        pb.LaneCall(method="PollForDecisionTask", request=b"\xff\xff").SerializeToString(),
+        grpc.StatusCode.INVALID_ARGUMENT,
+        "not a valid PollForDecisionTaskRequest",
+    ),
+]
+"""Messages a lane (gRPC or direct) answers with a refusal, the stream going on:
+the message, the code, words of the details."""
+
+
 def poll(task_list: str) -> s.PollForDecisionTaskRequest:
     return s.PollForDecisionTaskRequest(task_list=task_list, identity="lane-test")
 
@@ -140,18 +157,8 @@ async def test_bad_messages_on_a_lane_are_refused_and_the_stream_goes_on(server:
             request_serializer=lambda b: b,
             response_deserializer=pb.LaneAnswer.FromString,
         )()
-        sent: list[tuple[bytes, grpc.StatusCode, str]] = [
-            (b"\xff\xff\xff", grpc.StatusCode.INVALID_ARGUMENT, "not a valid LaneCall"),
-            (
-                pb.LaneCall(method="NoSuchMethod").SerializeToString(),
-                grpc.StatusCode.UNIMPLEMENTED,
-                "no method 'NoSuchMethod'",
-            ),
-            (
-                pb.LaneCall(method="PollForDecisionTask", request=b"\xff\xff").SerializeToString(),
-                grpc.StatusCode.INVALID_ARGUMENT,
-                "not a valid PollForDecisionTaskRequest",
-            ),
+        sent = [
+            *BAD_LANE_CALLS,
             (
                 pb.LaneCall(
                     method="PollForDecisionTask", request=poll("").SerializeToString()
