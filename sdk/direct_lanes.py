@@ -113,6 +113,8 @@ class DirectLanes:
                 self._let_go(link)
                 link = await self._open()
                 frame = await self._on(link, body)
+                if frame == NOT_TAKEN:  # (the drain came between its greeting and the call)
+                    raise DirectUnavailable("the node is draining", for_good=False)
         except BaseException:
             self._let_go(link)
             raise
@@ -162,13 +164,27 @@ class DirectLanes:
             link.close()
         return await self._open()
 
+    def is_closed(self) -> bool:
+        """Whether `close` was called (a method: it may change across an await)."""
+        return self._closed
+
+    @property
+    def busy(self) -> int:
+        """Connections carrying a call now."""
+        return len(self._busy)
+
     async def _open(self) -> _Link:
         if self._closed:
             raise DirectLaneEnded("the client was closed", by_client=True)
+        if self._retired:
+            raise DirectUnavailable("these direct lanes were given up", for_good=False)
         try:
             reader, writer = await asyncio.open_connection(self._host, self._port)
         except OSError as exc:
             raise DirectUnavailable(f"cannot connect: {exc}", for_good=True) from exc
+        if self.is_closed():  # (closed meanwhile: `close` could not reach this one)
+            writer.close()
+            raise DirectLaneEnded("the client was closed", by_client=True)
         link = _Link(reader, writer, self._max_frame)
         self._busy.add(link)  # (a close meanwhile closes it too)
         try:
@@ -181,7 +197,7 @@ class DirectLanes:
         except BaseException:
             self._let_go(link)
             raise
-        if greeting is None:  # closed at once: refused for this host's share, or draining
+        if greeting is None or greeting == NOT_TAKEN:  # (this host's share; or draining)
             self._let_go(link)
             raise DirectUnavailable("the server closed the new direct lane", for_good=False)
         if greeting != self._node:  # (empty: a wrong key; else another node or service)

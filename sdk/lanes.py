@@ -121,12 +121,17 @@ class Lanes:
         answers up to that many bytes."""
         self.direct: DirectLanes | None = None
         """The node's direct lanes, once a gRPC lane's opening named them."""
+        self._given_up: list[DirectLanes] = []  # (retired, calls still on them)
 
     def close(self) -> None:
-        """Close the direct lanes (the channel's close ends the gRPC ones)."""
+        """Close the direct lanes, given up ones with calls still on them too,
+        as the channel's close ends the gRPC ones with theirs."""
         if self.direct is not None:
-            direct, self.direct = self.direct, None
+            self._given_up.append(self.direct)
+            self.direct = None
+        for direct in self._given_up:
             direct.close()
+        self._given_up.clear()
 
     def _note_direct(self, metadata: dict[str, Any]) -> None:
         """Take the direct lanes a lane's opening names (with the node's name)."""
@@ -239,6 +244,7 @@ class Lanes:
             if exc.for_good and self.direct is direct:
                 self.direct = None
                 direct.retire()  # (the calls on its other connections go on)
+                self._given_up = [d for d in self._given_up if d.busy] + [direct]
             return None
         except TimeoutError:
             # (the connection was closed: the node cancels the call, as for a deadline)

@@ -213,8 +213,10 @@ class _Connection(asyncio.Protocol):
             self._greeting_timer.cancel()
         if self.call is not None:
             self.call.cancel()  # (as a cancelled gRPC stream cancels its call)
-        self._share.close()
-        self._owner._removed(self)
+        try:
+            self._share.close()
+        finally:
+            self._owner._removed(self)  # (`wait_closed` waits for this)
 
     # -- the node's side ------------------------------------------------------------
 
@@ -223,7 +225,8 @@ class _Connection(asyncio.Protocol):
         that a call the client sent meanwhile goes elsewhere); after the
         answer otherwise."""
         if self.call is None:
-            self._send(NOT_TAKEN)
+            if self.greeted:  # (before its greeting, a connection took nothing anyway)
+                self._send(NOT_TAKEN)
             self._close()
 
     def cut(self) -> None:

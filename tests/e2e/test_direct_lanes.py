@@ -24,8 +24,8 @@ from orchestrator.server import Server
 from sdk import AsyncClient
 from sdk.api.weft.v1 import lanes_pb2 as pb
 from sdk.api.weft.v1 import service_pb2 as s
-from sdk.direct_lanes import DirectLaneEnded, DirectLanes
-from sdk.errors import InvalidArgumentError
+from sdk.direct_lanes import DirectLaneEnded, DirectLanes, DirectUnavailable
+from sdk.errors import InvalidArgumentError, WeftError
 from tests.e2e.security.auth_matrix_setup import parked
 from tests.e2e.test_lanes import BAD_LANE_CALLS
 from tests.helpers import rpc_calls, unique, wait_until
@@ -402,3 +402,47 @@ async def test_a_call_the_node_says_it_did_not_take_goes_on_a_new_connection() -
         assert await lanes.exchange(pb.LaneCall(method="PollForDecisionTask")) == answered
         assert node.calls == 2
         lanes.close()
+
+
+async def test_a_node_that_took_nothing_twice_sends_the_call_to_a_grpc_lane() -> None:
+    """Drained between a new connection's greeting and its call: still nothing
+    taken, so the call may go elsewhere (not UNAVAILABLE)."""
+    async with fake_node(lambda number: b"\x00") as (node, port):
+        lanes = DirectLanes(f"127.0.0.1:{port}", "k", "n", 1 << 20)
+        with pytest.raises(DirectUnavailable) as caught:
+            await lanes.exchange(pb.LaneCall(method="PollForDecisionTask"))
+        assert not caught.value.for_good and node.calls == 2
+        lanes.close()
+
+
+async def test_a_draining_greeting_is_not_taken_for_another_node() -> None:
+    async def draining(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await read_frame(reader)
+        writer.write(frame(b"\x00"))
+        writer.close()
+
+    listener = await asyncio.start_server(draining, "127.0.0.1", 0)
+    try:
+        lanes = DirectLanes(f"127.0.0.1:{listener.sockets[0].getsockname()[1]}", "k", "n", 1 << 20)
+        with pytest.raises(DirectUnavailable) as caught:
+            await lanes.exchange(pb.LaneCall(method="PollForDecisionTask"))
+        assert not caught.value.for_good  # (the node is going; its address was right)
+    finally:
+        listener.close()
+        await listener.wait_closed()
+
+
+async def test_closing_the_client_ends_calls_on_direct_lanes_it_gave_up(server: Server) -> None:
+    task_list = unique("tl")
+    client = await on_direct_lanes(server)
+    waiting = asyncio.create_task(client.rpc("PollForDecisionTask", poll(task_list)))
+    await parked(server, "decision", task_list)
+    assert server._direct is not None and server._direct._server is not None
+    server._direct._server.close()
+    with pytest.raises(InvalidArgumentError):  # (its new connection fails: given up)
+        await client.rpc("RecordActivityHeartbeat", heartbeat())
+    await client.close()
+    with pytest.raises(WeftError):  # (CANCELLED, as a closed channel's calls)
+        await waiting
+    await wait_until(lambda: none_open(server), timeout=10)
+    assert rpc_calls(server, "PollForDecisionTask", "CANCELLED") == 1
