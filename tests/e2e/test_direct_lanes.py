@@ -244,6 +244,8 @@ async def test_a_connection_that_breaks_the_protocol_is_closed_and_nothing_else(
     assert await closed(reader, writer)
     await wait_until(lambda: none_open(server), timeout=10)
     assert rpc_calls(server, "PollForDecisionTask", "CANCELLED") == 1
+    # (a wrong key, a long greeting, a long frame, a second call: each counted)
+    assert rpc_calls(server, "DirectLane", "INVALID_ARGUMENT") == 4
     # The node serves on, directly and otherwise.
     client = await on_direct_lanes(server)
     async with client:
