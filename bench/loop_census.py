@@ -149,6 +149,8 @@ def main(argv: list[str] | None = None) -> None:
     if len(args) < 2 or args[1] != "weft":
         raise SystemExit("usage: python -m bench.loop_census DIR weft ARGS…")
     install(Path(args[0]))
+    # What `install` patches is asyncio's own loop: the process must run on it.
+    os.environ["WEFT_EVENT_LOOP"] = "asyncio"
     from cli import main as weft  # (after install: the loop is not made yet)
 
     weft(args[2:])

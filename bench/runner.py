@@ -63,7 +63,7 @@ def log(message: str) -> None:
 
 def versions() -> dict[str, str]:
     out = {"python": platform.python_version()}
-    for package in ("weft", "grpcio", "protobuf", "psycopg", "sqlalchemy", "dbos"):
+    for package in ("weft", "grpcio", "protobuf", "psycopg", "sqlalchemy", "uvloop", "dbos"):
         try:
             out[package] = metadata.version(package)
         except metadata.PackageNotFoundError:

@@ -16,6 +16,11 @@ from types import FrameType
 # gRPC's C core logs its own copy of errors we report in one line; it reads this
 # when grpc is first imported, which the commands below do.
 os.environ.setdefault("GRPC_VERBOSITY", "NONE")
+# On uvloop (sdk/event_loops.py) a subprocess starts with libuv's fork(), where
+# asyncio's own uses vfork: gRPC's fork handlers then run in the child, which
+# died of SIGSEGV before its exec (a `weft.shell` task, an embedded activity's
+# command). Weft's processes never fork without an exec: they need none of them.
+os.environ.setdefault("GRPC_ENABLE_FORK_SUPPORT", "0")
 
 
 def _interrupted_while_loading(signum: int, frame: FrameType | None) -> None:

@@ -12,6 +12,7 @@ import click
 from sdk.client import DEFAULT_ADDRESS
 from sdk.credentials import check_api_key
 from sdk.durations import parse_duration
+from sdk.event_loops import EVENT_LOOP_ENV, EVENT_LOOPS
 from sdk.tls import TlsConfig
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -100,6 +101,16 @@ JSON = JsonType()
 # aliases Python's logging reads, which worked before the list did).
 LOG_LEVEL = click.Choice(
     ["debug", "info", "warning", "warn", "error", "critical", "fatal"], case_sensitive=False
+)
+
+# `weft server`, `weft runner` and `weft decider` (sdk/event_loops.py says why).
+event_loop_option = click.option(
+    "--event-loop",
+    envvar=EVENT_LOOP_ENV,
+    type=click.Choice(EVENT_LOOPS),
+    default="auto",
+    show_default=True,
+    help="the process's event loop: uvloop where it is installed (auto), or asyncio's own",
 )
 
 

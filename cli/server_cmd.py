@@ -17,7 +17,7 @@ import click
 
 from cli import server_signals
 from cli.gc_settings import tune_collector
-from cli.params import ADDRESS, DURATION, LOG_LEVEL, SizeType
+from cli.params import ADDRESS, DURATION, LOG_LEVEL, SizeType, event_loop_option
 from cli.server_tls import tls_settings
 from orchestrator.config import (
     DEFAULT_DB,
@@ -28,6 +28,7 @@ from orchestrator.config import (
     ServerConfig,
 )
 from orchestrator.engine.limits import SETTABLE, Limits
+from sdk import event_loops
 from sdk.client import POLL_TIMEOUT
 
 if TYPE_CHECKING:
@@ -102,6 +103,7 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     " instead of gRPC streams (offered only on a loopback --listen without TLS or --auth;"
     " README 'Direct lanes')",
 )
+@event_loop_option
 @click.option(
     "--max-polls-per-client",
     envvar="WEFT_MAX_POLLS_PER_CLIENT",
@@ -263,6 +265,7 @@ def server(
     long_poll: timedelta,
     folded_poll: timedelta,
     direct_lanes: bool,
+    event_loop: str,
     max_polls_per_client: int,
     purge_interval: timedelta,
     diagnose_interval: timedelta,
@@ -307,6 +310,10 @@ def server(
             err=True,
         )
         sys.exit(2)
+    try:  # ("uvloop" where it is not installed: a usage error, before anything starts)
+        loop = event_loops.loop_factory(event_loop)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--event-loop'") from None
     _warn_of_a_visible_password(db_url)
     tls = tls_settings(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
     embedding = bool(embed or embed_definitions)
@@ -332,6 +339,7 @@ def server(
             "WEFT_LONG_POLL": f"{long_poll.total_seconds()}s",
             "WEFT_FOLDED_POLL": f"{folded_poll.total_seconds()}s",
             "WEFT_DIRECT_LANES": "1" if direct_lanes else "0",
+            "WEFT_EVENT_LOOP": event_loop,
             "WEFT_MAX_POLLS_PER_CLIENT": str(max_polls_per_client),
             "WEFT_PURGE_INTERVAL": f"{purge_interval.total_seconds()}s",
             "WEFT_DIAGNOSE_INTERVAL": f"{diagnose_interval.total_seconds()}s",
@@ -395,7 +403,8 @@ def server(
     try:
         # A process of `--workers N` shares the supervisor's signals (and a
         # terminal's, and a service manager's): a repeat is not a hurry there.
-        asyncio.run(_serve(node, embedded, hurry_on_repeat=not reuse_port, keep_signals=True))
+        with asyncio.Runner(loop_factory=loop) as runner:
+            runner.run(_serve(node, embedded, hurry_on_repeat=not reuse_port, keep_signals=True))
     except KeyboardInterrupt:
         pass
     except Exception as exc:

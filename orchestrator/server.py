@@ -45,6 +45,7 @@ from orchestrator.tls import ServerTls, TlsFiles
 from orchestrator.upkeep.leader import Leadership
 from orchestrator.upkeep.membership import Membership, default_node_name
 from orchestrator.upkeep.reaper import Reaper
+from sdk import event_loops
 from sdk.api.weft.v1 import admin_pb2, service_pb2
 
 log = structlog.get_logger("weft.server")
@@ -295,6 +296,7 @@ class Server:
             serving=serving,
             db=dialect.display_url(self.config.db_url),
             node=self._membership.node_id,
+            event_loop=event_loops.running(),
         )
         return self.port
 

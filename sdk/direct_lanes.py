@@ -173,6 +173,11 @@ class DirectLanes:
         """Connections carrying a call now."""
         return len(self._busy)
 
+    @property
+    def idle(self) -> int:
+        """Connections kept for the next calls."""
+        return len(self._idle)
+
     async def _open(self) -> _Link:
         if self._closed:
             raise DirectLaneEnded("the client was closed", by_client=True)

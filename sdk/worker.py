@@ -21,6 +21,7 @@ from typing import Any, TypeVar
 
 import structlog
 
+from sdk import event_loops
 from sdk.client import POLL_TIMEOUT, AsyncClient
 from sdk.errors import (
     AnswerUnconfirmedError,
@@ -178,14 +179,20 @@ class Worker:
 
     # -- running --------------------------------------------------------------------
 
-    def run(self) -> None:
-        """Run until `shutdown()` or SIGTERM/SIGINT, then shut down gracefully."""
+    def run(self, *, event_loop: str | None = None) -> None:
+        """Run until `shutdown()` or SIGTERM/SIGINT, then shut down gracefully.
+        `event_loop`: "asyncio", "uvloop" or "auto" (uvloop where it is
+        installed); by default `WEFT_EVENT_LOOP`, else "asyncio" (`sdk.event_loops`
+        says what uvloop asks of a program's own subprocesses).
+        A worker made with a sync client runs on that client's loop instead."""
+        factory = event_loops.loop_factory(event_loop)  # (ValueError before anything runs)
         restore = self._install_signal_handlers()
         try:
             if self._sync is not None:
                 asyncio.run_coroutine_threadsafe(self.run_async(), self._sync.loop).result()
             else:
-                asyncio.run(self.run_async())
+                with asyncio.Runner(loop_factory=factory) as runner:
+                    runner.run(self.run_async())
         finally:
             for sig, previous in restore.items():
                 signal.signal(sig, previous)
@@ -251,6 +258,7 @@ class Worker:
                     task_lists=self.task_lists,
                     identity=self.identity,
                     concurrency=self.concurrency,
+                    event_loop=event_loops.running(),
                 )
                 await self._stop.wait()
         finally:

@@ -42,6 +42,9 @@ class DeciderConfig:
     """CPU seconds one step-workflow decision task may use; 0 for no budget."""
     tls: TlsConfig | None = None
     api_key: str | None = None
+    event_loop: str | None = None
+    """"auto", "uvloop" or "asyncio" (None: `WEFT_EVENT_LOOP`, else "asyncio";
+    the `weft` command's default is "auto")."""
 
 
 def build(
@@ -128,6 +131,7 @@ def run(config: DeciderConfig) -> int:
     return process.run(
         "decider",
         worker,
+        config.event_loop,
         workflow_types=sorted(f"{n}@{v}" if v else n for n, v in worker.deciders),
         task_lists=worker.task_lists,
         address=config.address,

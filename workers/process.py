@@ -37,14 +37,14 @@ def worker_client(
     )
 
 
-def run(kind: str, worker: Worker, **loaded: Any) -> int:
+def run(kind: str, worker: Worker, event_loop: str | None, **loaded: Any) -> int:
     """Log `KIND.loaded` with what the process loaded, run `worker` until SIGTERM
     (drain within its grace period) or SIGINT, and return the exit code: 0, or
     exit at once with 1 when tasks were abandoned, since a sync `decide` or
     activity still running in a thread would hold the process open."""
     log = structlog.get_logger(f"weft.{kind}")
     log.info(f"{kind}.loaded", **loaded)
-    worker.run()
+    worker.run(event_loop=event_loop)
     if worker.abandoned:
         log.warning(f"{kind}.exit_abandoned", tasks=worker.abandoned)
         os._exit(1)

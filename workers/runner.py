@@ -39,6 +39,9 @@ class RunnerConfig:
     `HttpNotAllowed`."""
     tls: TlsConfig | None = None
     api_key: str | None = None
+    event_loop: str | None = None
+    """"auto", "uvloop" or "asyncio" (None: `WEFT_EVENT_LOOP`, else "asyncio";
+    the `weft` command's default is "auto")."""
 
 
 def build(
@@ -93,6 +96,7 @@ def run(config: RunnerConfig) -> int:
     return process.run(
         "runner",
         worker,
+        config.event_loop,
         activities=sorted(worker.activities),
         task_lists=worker.task_lists,
         address=config.address,

@@ -49,6 +49,7 @@ import hmac
 import secrets
 import struct
 import uuid
+from typing import cast
 
 import grpc
 import structlog
@@ -164,8 +165,7 @@ class _Connection(asyncio.Protocol):
     # -- asyncio.Protocol ---------------------------------------------------------
 
     def connection_made(self, transport: asyncio.BaseTransport) -> None:
-        assert isinstance(transport, asyncio.Transport)
-        self._transport = transport
+        self._transport = cast(asyncio.Transport, transport)  # (uvloop's is not a subclass)
         self._owner._added(self)
         if self._owner.closing:
             self._close()
