@@ -150,6 +150,8 @@ def main(argv: list[str] | None = None) -> None:
         raise SystemExit("usage: python -m bench.loop_census DIR weft ARGS…")
     install(Path(args[0]))
     # What `install` patches is asyncio's own loop: the process must run on it.
+    if any(arg.startswith("--event-loop") for arg in args[2:]):
+        raise SystemExit("bench.loop_census: the process runs on asyncio's loop; no --event-loop")
     os.environ["WEFT_EVENT_LOOP"] = "asyncio"
     from cli import main as weft  # (after install: the loop is not made yet)
 

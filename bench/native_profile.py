@@ -24,6 +24,7 @@ PARTS = (
     ("python3", "Python interpreter"),  # (an executable with the interpreter linked in)
     ("[kernel", "kernel"),
     ("cygrpc", "gRPC core"),
+    ("uvloop", "uvloop (libuv)"),
     ("_message", "protobuf"),
     ("libc.so", "libc (malloc, memcpy)"),
     ("libpq", "libpq"),

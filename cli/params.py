@@ -103,15 +103,18 @@ LOG_LEVEL = click.Choice(
     ["debug", "info", "warning", "warn", "error", "critical", "fatal"], case_sensitive=False
 )
 
-# `weft server`, `weft runner` and `weft decider` (sdk/event_loops.py says why).
-event_loop_option = click.option(
-    "--event-loop",
-    envvar=EVENT_LOOP_ENV,
-    type=click.Choice(EVENT_LOOPS),
-    default="auto",
-    show_default=True,
-    help="the process's event loop: uvloop where it is installed (auto), or asyncio's own",
-)
+
+def event_loop_option(default: str) -> Callable[[F], F]:
+    """`--event-loop` of `weft server` (default "auto"), `weft runner` and `weft
+    decider` (default "asyncio": they run the user's code; sdk/event_loops.py)."""
+    return click.option(
+        "--event-loop",
+        envvar=EVENT_LOOP_ENV,
+        type=click.Choice(EVENT_LOOPS),
+        default=default,
+        show_default=True,
+        help="the process's event loop: uvloop (auto: where it is installed) or asyncio's own",
+    )
 
 
 # Where the TLS options leave their values for `client_tls` (not as arguments:

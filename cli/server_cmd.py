@@ -103,7 +103,7 @@ def _limit_option(flag: str, limit: str, text: str) -> Callable[[F], F]:
     " instead of gRPC streams (offered only on a loopback --listen without TLS or --auth;"
     " README 'Direct lanes')",
 )
-@event_loop_option
+@event_loop_option("auto")
 @click.option(
     "--max-polls-per-client",
     envvar="WEFT_MAX_POLLS_PER_CLIENT",
@@ -310,13 +310,15 @@ def server(
             err=True,
         )
         sys.exit(2)
+    embedding = bool(embed or embed_definitions)
+    if embedding and event_loop == "auto":
+        event_loop = "asyncio"  # (the user's activities run here: sdk/event_loops.py)
     try:  # ("uvloop" where it is not installed: a usage error, before anything starts)
         loop = event_loops.loop_factory(event_loop)
     except ValueError as exc:
         raise click.BadParameter(str(exc), param_hint="'--event-loop'") from None
     _warn_of_a_visible_password(db_url)
     tls = tls_settings(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
-    embedding = bool(embed or embed_definitions)
     if embed_concurrency and not embedding:
         click.echo(
             "weft server: --embed-concurrency needs --embed or --embed-definitions", err=True

@@ -55,7 +55,7 @@ def worker_options(what: str, concurrency: int, grace: str) -> Callable[[F], F]:
                     default="info",
                     show_default=True,
                 ),
-                event_loop_option,
+                event_loop_option("asyncio"),
                 server_options,
             )
         ):

@@ -3,18 +3,19 @@
 
 With direct lanes (`sdk.direct_lanes`) a worker's task calls travel on asyncio's
 own transports, and the loop's work per call (its wake-ups, callbacks and socket
-writes) became a large part of each process's CPU. uvloop runs that loop and its
-transports in C: in alternating pairs of `bench.hotpath` it took about a tenth
-off the server's CPU per activity and more off the workers' (bench/README.md,
-"uvloop, again"). The `weft` commands run on it by default (`auto`: uvloop where
-it imports, a dependency of Weft but on Windows); `asyncio` keeps the standard
-library's loop.
+writes) is a part of each process's CPU. uvloop runs that loop and its
+transports in C: in alternating pairs of `bench.hotpath` it took a median of
+about 5 % off the server's CPU per activity, and 10-25 % off the runner's
+(bench/README.md, "uvloop, again").
 
-`Worker.run()` in a program of one's own stays on asyncio's loop unless told
-otherwise (`event_loop=`, or `WEFT_EVENT_LOOP`): on uvloop a subprocess starts
-with fork(), and gRPC's fork handlers crash the child unless gRPC was imported
-with `GRPC_ENABLE_FORK_SUPPORT=0`, which the `weft` command sets and such a
-program may not have.
+`weft server` runs on it by default (`auto`: uvloop where it imports, a
+dependency of Weft but on Windows). Where the user's own code runs (`weft
+runner`, `weft decider`, `weft server --embed`, `Worker.run()`) the default is
+asyncio's loop, because uvloop starts a subprocess differently: it does not
+close the child's other descriptors (`close_fds`), so a command that leaves a
+job in the background holds the pipes its caller reads, and it forks with
+libuv's fork(), where gRPC's fork handlers crash the child unless gRPC was
+imported with `GRPC_ENABLE_FORK_SUPPORT=0` (which the `weft` command sets).
 """
 
 from __future__ import annotations

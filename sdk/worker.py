@@ -183,9 +183,10 @@ class Worker:
         """Run until `shutdown()` or SIGTERM/SIGINT, then shut down gracefully.
         `event_loop`: "asyncio", "uvloop" or "auto" (uvloop where it is
         installed); by default `WEFT_EVENT_LOOP`, else "asyncio" (`sdk.event_loops`
-        says what uvloop asks of a program's own subprocesses).
-        A worker made with a sync client runs on that client's loop instead."""
-        factory = event_loops.loop_factory(event_loop)  # (ValueError before anything runs)
+        says what uvloop changes for a program's own subprocesses); a ValueError
+        before anything runs for a loop unknown or not installed. A worker made
+        with a sync client runs on that client's loop instead."""
+        factory = None if self._sync is not None else event_loops.loop_factory(event_loop)
         restore = self._install_signal_handlers()
         try:
             if self._sync is not None:

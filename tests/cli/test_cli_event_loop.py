@@ -1,8 +1,9 @@
 """`--event-loop` / `WEFT_EVENT_LOOP` of `weft server`, `weft runner` and `weft
-decider` (`sdk.event_loops`): real processes run on uvloop unless told
-otherwise and say which loop they run on; a node on uvloop serves its direct
-lanes; a loop that is unknown, or not installed, is refused in one line with
-exit 2 before anything starts."""
+decider` (`sdk.event_loops`): `weft server` runs on uvloop unless told otherwise
+(or it embeds workers), the worker processes on asyncio's loop, and each says
+which loop it runs on; a node on uvloop serves its direct lanes; a loop that is
+unknown, or not installed, is refused in one line with exit 2 before anything
+starts."""
 
 from __future__ import annotations
 
@@ -40,44 +41,52 @@ def test_the_server_runs_on_uvloop_by_default(server: ServerProcess) -> None:
     assert started["event_loop"] == "uvloop"
 
 
+@pytest.mark.parametrize("kind", ["runner", "decider"])
 @pytest.mark.parametrize(
     ("args", "env", "loop"),
     [
-        ((), {}, "uvloop"),
-        (("--event-loop", "asyncio"), {}, "asyncio"),
-        ((), {"WEFT_EVENT_LOOP": "asyncio"}, "asyncio"),
-        (("--event-loop", "uvloop"), {"WEFT_EVENT_LOOP": "asyncio"}, "uvloop"),
+        ((), {}, "asyncio"),
+        (("--event-loop", "uvloop"), {}, "uvloop"),
+        ((), {"WEFT_EVENT_LOOP": "auto"}, "uvloop"),
+        (("--event-loop", "asyncio"), {"WEFT_EVENT_LOOP": "uvloop"}, "asyncio"),
     ],
     ids=["default", "flag", "environment", "flag-over-environment"],
 )
-async def test_a_runner_runs_on_the_loop_it_is_given(
-    args: tuple[str, ...], env: dict[str, str], loop: str, address: str, tmp_path: Path
+async def test_a_worker_process_runs_on_the_loop_it_is_given(
+    kind: str,
+    args: tuple[str, ...],
+    env: dict[str, str],
+    loop: str,
+    address: str,
+    tmp_path: Path,
 ) -> None:
-    runner = WorkerProcess(
-        "runner",
+    worker = WorkerProcess(
+        kind,
         [*args, "--task-list", unique("loop"), "examples.order"],
         address,
         tmp_path,
-        "loop-runner",
+        "loop-worker",
         env,
     ).start()
     try:
 
         async def started() -> bool:
-            assert runner.running, runner.log_tail()
-            return logged(runner.log_path, "worker.started") is not None
+            assert worker.running, worker.log_tail()
+            return logged(worker.log_path, "worker.started") is not None
 
         await wait_until(started, timeout=30)
-        entry = logged(runner.log_path, "worker.started")
-        assert entry is not None and entry["event_loop"] == loop, runner.log_tail()
+        entry = logged(worker.log_path, "worker.started")
+        assert entry is not None and entry["event_loop"] == loop, worker.log_tail()
     finally:
-        runner.stop()
+        worker.stop()
 
 
-async def test_a_node_on_uvloop_answers_on_its_direct_lanes(address: str) -> None:
+async def test_a_node_on_uvloop_answers_on_its_direct_lanes(server: ServerProcess) -> None:
     """The client here runs on asyncio's loop; the node (a `weft server`
     process) on uvloop, whose transports are not asyncio's classes."""
-    async with AsyncClient(address) as client:
+    started = logged(server.log_path, "server.started")
+    assert started is not None and started["event_loop"] == "uvloop"
+    async with AsyncClient(server.address) as client:
         await client.placement()
         assert client._lanes is not None
         direct = client._lanes.direct
@@ -87,6 +96,23 @@ async def test_a_node_on_uvloop_answers_on_its_direct_lanes(address: str) -> Non
         assert not answer.task_token  # (answered on the direct lane, empty: none queued)
         assert client._lanes.direct is direct, "the direct lane was given up"
         assert direct.idle == 1  # (its connection kept for the next call)
+
+
+async def test_a_server_that_embeds_workers_runs_them_on_asyncios_loop(tmp_path: Path) -> None:
+    """Unless told otherwise: the embedded activities are the user's code."""
+    for args, loop in (((), "asyncio"), (("--event-loop", "uvloop"), "uvloop")):
+        node = ServerProcess(
+            f"sqlite:///{tmp_path}/{loop}.db",
+            tmp_path,
+            name=f"embed-{loop}",
+            extra_args=("--embed", "examples.order", *args),
+        )
+        await node.start()
+        try:
+            started = logged(node.log_path, "server.started")
+            assert started is not None and started["event_loop"] == loop, node.log_path
+        finally:
+            node.stop()
 
 
 def _weft(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
