@@ -84,6 +84,7 @@ async def profile(args: argparse.Namespace, log_dir: Path) -> dict[str, Any]:
         args.server_workers,
         embed=args.embed,
         launchers=launchers,
+        event_loop=args.event_loop,
     )
     completions = await Completions.open()
 
@@ -359,6 +360,11 @@ def main(argv: list[str] | None = None) -> None:
         action="store_true",
         help="the decider and runner inside the server (weft server --embed bench.workload)",
     )
+    parser.add_argument(
+        "--event-loop",
+        choices=("auto", "uvloop", "asyncio"),
+        help="every weft process's --event-loop (default: each command's own)",
+    )
     # One sampler at a time: each slows what the other would measure.
     samplers = parser.add_mutually_exclusive_group()
     samplers.add_argument(
@@ -380,6 +386,8 @@ def main(argv: list[str] | None = None) -> None:
     sampled = args.py_spy or args.perf or args.census
     if args.embed and sampled not in (None, "server"):
         parser.error(f"with --embed the {sampled} runs inside the server: sample the server")
+    if args.census and args.event_loop:
+        parser.error("--census counts asyncio's loop: not with --event-loop")
     if sampled and args.server_workers > 1:
         # (The pid at hand is the supervisor's, which serves no call.)
         parser.error("a sampler watches one process: not with --server-workers")

@@ -60,11 +60,15 @@ class WeftNode:
         secured: Secured | None = None,
         embed: bool = False,
         launchers: dict[str, list[str]] | None = None,
+        event_loop: str | None = None,
     ) -> WeftNode:
         """`launchers`: by role ("server", "decider", "runner"), a launcher to
-        start that process through (`Process.run_under`)."""
+        start that process through (`Process.run_under`). `event_loop`: each
+        process's `--event-loop` (None: the commands' defaults)."""
         launch = launchers or {}
         extra: tuple[str, ...] = ("--workers", str(server_workers)) if server_workers > 1 else ()
+        loop_args = ("--event-loop", event_loop) if event_loop else ()
+        extra += loop_args
         if embed:
             extra += ("--embed", "bench.workload", "--embed-concurrency", RUNNER_CONCURRENCY)
         worker_args: list[str] = []
@@ -93,7 +97,7 @@ class WeftNode:
         )
         if embed:
             return cls(server, None, None, client, db_url, probe)
-        common = [*worker_args, "--task-list", TASK_LIST, "bench.workload"]
+        common = [*worker_args, *loop_args, "--task-list", TASK_LIST, "bench.workload"]
         workers = {}
         for role, concurrency in (("decider", DECIDER_CONCURRENCY), ("runner", RUNNER_CONCURRENCY)):
             worker = weft_worker(
