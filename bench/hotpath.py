@@ -363,7 +363,8 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument(
         "--event-loop",
         choices=("auto", "uvloop", "asyncio"),
-        help="every weft process's --event-loop (default: each command's own)",
+        help="every weft process's --event-loop (default: each command's own; with --embed,"
+        " auto is asyncio's loop)",
     )
     # One sampler at a time: each slows what the other would measure.
     samplers = parser.add_mutually_exclusive_group()

@@ -13,7 +13,8 @@ dependency of Weft but on Windows). Where the user's own code runs (`weft
 runner`, `weft decider`, `weft server --embed`, `Worker.run()`) the default is
 asyncio's loop, because uvloop starts a subprocess differently: it does not
 close the child's other descriptors (`close_fds`), so a command that leaves a
-job in the background holds the pipes its caller reads, and it forks with
+job in the background with its output elsewhere (`svc >/dev/null 2>&1 &`)
+holds the pipes its caller reads until that job ends, and it forks with
 libuv's fork(), where gRPC's fork handlers crash the child unless gRPC was
 imported with `GRPC_ENABLE_FORK_SUPPORT=0` (which the `weft` command sets).
 """

@@ -41,7 +41,7 @@ class RunnerConfig:
     api_key: str | None = None
     event_loop: str | None = None
     """"auto", "uvloop" or "asyncio" (None: `WEFT_EVENT_LOOP`, else "asyncio";
-    the `weft` command's default is "auto")."""
+    `weft runner` and `weft decider` pass their `--event-loop`, "asyncio" by default)."""
 
 
 def build(

@@ -382,6 +382,7 @@ async def test_a_runner_runs_shell_tasks_only_with_allow_shell(
     for worker in workers:
         await worker.logged("worker.started")
     assert '"weft.http"' in runner.log() and '"weft.shell"' in runner.log()
+    assert f'"event_loop": "{loop}"' in runner.log()
 
     args = ["--task-list", task_list, "--input", json.dumps(SHELL_TASK), "--json"]
     workflow_id = ok_json(weft("start", "run-one", *args, address=address))["workflow_id"]

@@ -1,5 +1,5 @@
 """`sdk.event_loops`: which loop a Weft process runs on. The argument, then
-`WEFT_EVENT_LOOP`, then asyncio's own (the `weft` commands pass "auto"); "auto"
+`WEFT_EVENT_LOOP`, then asyncio's own (`weft server` passes "auto"); "auto"
 is uvloop where it imports, asyncio's loop where it does not; uvloop asked for
 by name where it does not import is a ValueError, as an unknown name is,
 raised before anything runs."""
