@@ -126,7 +126,7 @@ def decider(log_level: str, **options: Any) -> None:
 
 
 def _check_event_loop(event_loop: str) -> None:
-    """ "uvloop" where it is not installed is a usage error, before anything loads."""
+    """`uvloop` where it is not installed is a usage error, before anything loads."""
     from sdk.event_loops import loop_factory
 
     try:

@@ -213,9 +213,8 @@ class Wakeups:
 
     def _maybe_sweep(self, now: float | None = None) -> None:
         if len(self._generation) + len(self._empty) > self._sweep_at:
-            self._sweep(
-                time.monotonic() if now is None else now
-            )  # (the loop's time: the same clock)
+            # (`now` is the loop's time: on asyncio's loop and on uvloop, the monotonic clock)
+            self._sweep(time.monotonic() if now is None else now)
             self._sweep_at = max(_SWEEP_FROM, 2 * (len(self._generation) + len(self._empty)))
 
     def _sweep(self, now: float) -> None:
