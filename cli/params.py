@@ -9,6 +9,7 @@ from typing import Any, TypeVar
 
 import click
 
+from sdk import event_loops
 from sdk.client import DEFAULT_ADDRESS
 from sdk.credentials import check_api_key
 from sdk.durations import parse_duration
@@ -115,6 +116,15 @@ def event_loop_option(default: str) -> Callable[[F], F]:
         show_default=True,
         help="the process's event loop: uvloop (auto: where it is installed) or asyncio's own",
     )
+
+
+def event_loop_factory(event_loop: str) -> event_loops.LoopFactory | None:
+    """What makes the loop `--event-loop` names; `uvloop` where it is not
+    installed is a usage error, before anything starts or loads."""
+    try:
+        return event_loops.loop_factory(event_loop)
+    except ValueError as exc:
+        raise click.BadParameter(str(exc), param_hint="'--event-loop'") from None
 
 
 # Where the TLS options leave their values for `client_tls` (not as arguments:

@@ -17,7 +17,14 @@ import click
 
 from cli import server_signals
 from cli.gc_settings import tune_collector
-from cli.params import ADDRESS, DURATION, LOG_LEVEL, SizeType, event_loop_option
+from cli.params import (
+    ADDRESS,
+    DURATION,
+    LOG_LEVEL,
+    SizeType,
+    event_loop_factory,
+    event_loop_option,
+)
 from cli.server_tls import tls_settings
 from orchestrator.config import (
     DEFAULT_DB,
@@ -28,7 +35,6 @@ from orchestrator.config import (
     ServerConfig,
 )
 from orchestrator.engine.limits import SETTABLE, Limits
-from sdk import event_loops
 from sdk.client import POLL_TIMEOUT
 
 if TYPE_CHECKING:
@@ -313,10 +319,7 @@ def server(
     embedding = bool(embed or embed_definitions)
     if embedding and event_loop == "auto":
         event_loop = "asyncio"  # (the user's activities run here: sdk/event_loops.py)
-    try:  # ("uvloop" where it is not installed: a usage error, before anything starts)
-        loop = event_loops.loop_factory(event_loop)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--event-loop'") from None
+    loop = event_loop_factory(event_loop)
     _warn_of_a_visible_password(db_url)
     tls = tls_settings(listen, metrics_listen, tls_cert, tls_key, tls_client_ca, insecure, auth)
     if embed_concurrency and not embedding:

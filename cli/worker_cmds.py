@@ -15,6 +15,7 @@ from cli.params import (
     LOG_LEVEL,
     client_api_key,
     client_tls,
+    event_loop_factory,
     event_loop_option,
     server_options,
 )
@@ -91,7 +92,7 @@ def runner(log_level: str, **options: Any) -> None:
     from orchestrator import logging as weft_logging
     from workers import runner as process
 
-    _check_event_loop(options["event_loop"])
+    event_loop_factory(options["event_loop"])  # (refused before anything loads)
     weft_logging.configure(log_level)
     config = process.RunnerConfig(**options, tls=client_tls(), api_key=client_api_key())
     _run("runner", lambda: process.run(config))
@@ -119,20 +120,10 @@ def decider(log_level: str, **options: Any) -> None:
             " `weft register`), --definitions DIR, or MODULES (Decider classes)"
         )
 
-    _check_event_loop(options["event_loop"])
+    event_loop_factory(options["event_loop"])  # (refused before anything loads)
     weft_logging.configure(log_level)
     config = process.DeciderConfig(**options, tls=client_tls(), api_key=client_api_key())
     _run("decider", lambda: process.run(config))
-
-
-def _check_event_loop(event_loop: str) -> None:
-    """`uvloop` where it is not installed is a usage error, before anything loads."""
-    from sdk.event_loops import loop_factory
-
-    try:
-        loop_factory(event_loop)
-    except ValueError as exc:
-        raise click.BadParameter(str(exc), param_hint="'--event-loop'") from None
 
 
 def _http_policy(value: tuple[str, ...]) -> Any:
